@@ -1,0 +1,49 @@
+# ProbeGuard companion. Two commands do all the set-up on a fresh machine with Python 3.11:
+#   make book   build the book from the shipped release into _build/html
+#   make test   run the test suite
+# Both create .venv/ and install the pinned dependencies (requirements/lock.txt) into it.
+
+PYTHON  ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+RELEASE ?= data/simulated-v1
+JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
+PYTEST_ARGS ?=
+
+.PHONY: book test venv bench lock env clean help
+
+help:
+	@sed -n '2,4p' Makefile
+
+$(STAMP): pyproject.toml requirements/lock.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %d.%d)" % sys.version_info[:2])'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, alone: the CPU build (2.13.0) that lies on local disk, never a CUDA build
+	$(BIN)/python -m pip install --quiet -c requirements/lock.txt torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c requirements/lock.txt -e ".[test]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (probeguard)" >/dev/null
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/python -m probeguard_core.book_build --release $(RELEASE) --jobs $(JOBS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Regenerate the lock from the current venv, then environment*.yml from pyproject + lock.
+lock: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^-e' > requirements/lock.txt
+	$(BIN)/python tools/sync_env.py
+
+env:
+	$(PYTHON) tools/sync_env.py
+
+clean:
+	rm -rf _build book/_generated outputs .pytest_cache

@@ -1,0 +1,273 @@
+"""A release folder (DESIGN 2.7): manifest, cells and their artifacts.
+
+A release is ``data/<release>/`` holding ``manifest.json`` and one sub-folder per
+``<dataset>/<backbone-slug>/`` with ``logs.jsonl[.gz]`` and, when present, ``probe``,
+``nli`` and ``self_report`` files.  Notebooks take the release folder as a parameter and read
+everything through :func:`load_release`, so a real release replaces the simulated one with no
+code change.
+
+``manifest.json``::
+
+    {"name": str, "provenance": "simulated" | "real",
+     "generator": str, "generator_version": str     # simulated releases
+     "pipeline_command": str                         # real releases
+     "seed": int,
+     "cells": [{"dataset", "backbone", "path", "role": "main" | "augment"}],
+     "files": {relative_path: sha256}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from probeguard_core import logs as L
+
+ARTIFACTS = ("logs", "probe", "nli", "self_report")
+ROLES = ("main", "augment")
+
+#: Display names for the paper's backbones (others display as given).
+BACKBONE_NAMES = {
+    "Qwen/Qwen3-8B": "Qwen3-8B",
+    "FreedomIntelligence/HuatuoGPT-o1-8B": "HuatuoGPT-o1-8B",
+    "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1-8B",
+}
+#: Display names for the paper's datasets.
+DATASET_NAMES = {
+    "medqa": "MedQA",
+    "mmlu_pro_med": "MMLU-Pro medicine",
+    "medmcqa": "MedMCQA",
+    "medxpertqa": "MedXpertQA",
+}
+
+__all__ = [
+    "ARTIFACTS",
+    "BACKBONE_NAMES",
+    "DATASET_NAMES",
+    "Cell",
+    "Release",
+    "ReleaseError",
+    "backbone_slug",
+    "load_release",
+    "sha256_file",
+    "write_manifest",
+]
+
+
+class ReleaseError(ValueError):
+    """A release folder that does not match its manifest (names the file and the problem)."""
+
+
+def backbone_slug(backbone: str) -> str:
+    """Folder name of a backbone: the model id's last path part, lower-cased (``Qwen/Qwen3-8B`` -> ``qwen3-8b``)."""
+    slug = backbone.rsplit("/", 1)[-1].lower()
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", slug):
+        raise ValueError(f"backbone {backbone!r} gives an unusable folder name {slug!r}")
+    return slug
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _artifact_path(folder: Path, kind: str) -> Path | None:
+    found = [p for p in (folder / f"{kind}.jsonl", folder / f"{kind}.jsonl.gz") if p.exists()]
+    if len(found) > 1:
+        raise ReleaseError(f"{folder}: both {found[0].name} and {found[1].name} exist; keep one")
+    return found[0] if found else None
+
+
+@dataclass
+class Cell:
+    """One ``<dataset>/<backbone>`` cell of a release; artifacts are read lazily and cached."""
+
+    release: Release = field(repr=False)
+    dataset: str
+    backbone: str
+    path: Path
+    role: str = "main"
+
+    @property
+    def label(self) -> str:
+        return f"{DATASET_NAMES.get(self.dataset, self.dataset)} / {BACKBONE_NAMES.get(self.backbone, self.backbone)}"
+
+    def file(self, kind: str) -> Path | None:
+        if kind not in ARTIFACTS:
+            raise ValueError(f"unknown artifact kind {kind!r}; expected one of {ARTIFACTS}")
+        return _artifact_path(self.path, kind)
+
+    def has(self, kind: str) -> bool:
+        return self.file(kind) is not None
+
+    @cached_property
+    def logs(self) -> list[L.QuestionLog]:
+        p = self.file("logs")
+        if p is None:
+            raise ReleaseError(f"{self.path}: no logs.jsonl[.gz] in this cell")
+        return L.read_logs(p)
+
+    @cached_property
+    def probe(self) -> list[L.ProbeRecord] | None:
+        p = self.file("probe")
+        return None if p is None else L.read_probe(p, logs=self.logs)
+
+    @cached_property
+    def nli(self) -> list[L.NLIRecord] | None:
+        p = self.file("nli")
+        return None if p is None else L.read_nli(p)
+
+    @cached_property
+    def self_report(self) -> list[L.SelfReport] | None:
+        p = self.file("self_report")
+        return None if p is None else L.read_self_report(p)
+
+    def probe_by_arm(self, arm: str = "counter_evidence") -> list[L.ProbeRecord]:
+        if arm not in L.ARMS:
+            raise ValueError(f"unknown probe arm {arm!r}; expected one of {L.ARMS}")
+        return [r for r in (self.probe or []) if r.arm == arm]
+
+
+@dataclass
+class Release:
+    """A loaded release folder: its manifest and cells."""
+
+    path: Path
+    manifest: dict[str, Any]
+    cells: list[Cell] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["name"])
+
+    @property
+    def provenance(self) -> str:
+        return str(self.manifest["provenance"])
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.provenance == "simulated"
+
+    def cell(self, dataset: str, backbone: str | None = None, role: str = "main") -> Cell:
+        """The cell for ``dataset`` (and ``backbone``; default: the release's first backbone for it)."""
+        hits = [c for c in self.cells if c.dataset == dataset and c.role == role and backbone in (None, c.backbone)]
+        if not hits:
+            have = sorted({(c.dataset, c.backbone, c.role) for c in self.cells})
+            raise KeyError(f"release {self.name!r} has no {role} cell for dataset={dataset!r}, backbone={backbone!r}; it has {have}")
+        return hits[0]
+
+    def has_cell(self, dataset: str, backbone: str | None = None, role: str = "main") -> bool:
+        return any(c.dataset == dataset and c.role == role and backbone in (None, c.backbone) for c in self.cells)
+
+    def main_cells(self) -> list[Cell]:
+        return [c for c in self.cells if c.role == "main"]
+
+    @property
+    def datasets(self) -> list[str]:
+        return list(dict.fromkeys(c.dataset for c in self.main_cells()))
+
+    @property
+    def backbones(self) -> list[str]:
+        return list(dict.fromkeys(c.backbone for c in self.main_cells()))
+
+    def describe(self) -> str:
+        """One sentence for the provenance banner of every page."""
+        m = self.manifest
+        if self.is_simulated:
+            return (
+                f"Simulated release '{self.name}' (generator {m.get('generator')} "
+                f"{m.get('generator_version')}, seed {m.get('seed')}): every number on this page is computed "
+                "from simulated execution logs, not from the paper's runs. The paper's reported value is shown beside ours."
+            )
+        return (
+            f"Release '{self.name}' ({self.provenance}; produced by `{m.get('pipeline_command', 'unknown command')}`, "
+            f"seed {m.get('seed')}). The paper's reported value is shown beside ours."
+        )
+
+
+def _require(manifest: dict[str, Any], key: str, path: Path, kind: type | tuple[type, ...]) -> Any:
+    if key not in manifest:
+        raise ReleaseError(f"{path}: missing field {key!r}")
+    if not isinstance(manifest[key], kind):
+        raise ReleaseError(f"{path}: field {key!r} has the wrong type ({type(manifest[key]).__name__})")
+    return manifest[key]
+
+
+def load_release(folder: str | os.PathLike[str], verify: bool = True) -> Release:
+    """Load ``folder/manifest.json``; with ``verify`` check every file's sha256 and that none is unlisted."""
+    root = Path(folder)
+    mpath = root / "manifest.json"
+    if not mpath.exists():
+        raise ReleaseError(f"{mpath}: no manifest.json; is {root} a release folder?")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ReleaseError(f"{mpath}: invalid JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise ReleaseError(f"{mpath}: expected a JSON object")
+    _require(manifest, "name", mpath, str)
+    prov = _require(manifest, "provenance", mpath, str)
+    if prov not in ("simulated", "real"):
+        raise ReleaseError(f"{mpath}: provenance must be 'simulated' or 'real', got {prov!r}")
+    _require(manifest, "seed", mpath, int)
+    files = _require(manifest, "files", mpath, dict)
+    cells_spec = _require(manifest, "cells", mpath, list)
+    rel = Release(path=root, manifest=manifest)
+    for i, spec in enumerate(cells_spec):
+        if not isinstance(spec, dict) or not {"dataset", "backbone", "path"} <= set(spec):
+            raise ReleaseError(f"{mpath}: cells[{i}] needs dataset, backbone and path")
+        role = spec.get("role", "main")
+        if role not in ROLES:
+            raise ReleaseError(f"{mpath}: cells[{i}].role must be one of {ROLES}, got {role!r}")
+        cpath = root / spec["path"]
+        if _artifact_path(cpath, "logs") is None:
+            raise ReleaseError(f"{mpath}: cells[{i}] ({spec['path']}) has no logs.jsonl[.gz]")
+        rel.cells.append(Cell(rel, spec["dataset"], spec["backbone"], cpath, role))
+    if verify:
+        for relpath, digest in files.items():
+            p = root / relpath
+            if not p.exists():
+                raise ReleaseError(f"{mpath}: listed file {relpath} is missing")
+            if sha256_file(p) != digest:
+                raise ReleaseError(f"{p}: sha256 differs from the manifest (file changed or corrupted)")
+        listed = set(files)
+        for p in sorted(root.rglob("*.jsonl*")):
+            if p.relative_to(root).as_posix() not in listed:
+                raise ReleaseError(f"{p}: artifact not listed in {mpath}")
+    return rel
+
+
+def write_manifest(
+    folder: str | os.PathLike[str],
+    *,
+    name: str,
+    provenance: str,
+    seed: int,
+    cells: Iterable[dict[str, str]],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``manifest.json`` listing the sha256 of every file under ``folder`` (sorted, reproducible)."""
+    root = Path(folder)
+    files = {
+        p.relative_to(root).as_posix(): sha256_file(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+    manifest: dict[str, Any] = {"name": name, "provenance": provenance, "seed": seed, **(extra or {})}
+    manifest["cells"] = list(cells)
+    manifest["files"] = files
+    out = root / "manifest.json"
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    return out
