@@ -3,11 +3,18 @@
 Every artifact is JSON Lines (optionally gzip-compressed), one object per line, with
 ``"schema_version": 1``.  Unknown extra fields are kept (``model_extra``) and written back.
 Nothing is repaired, defaulted or dropped: the first malformed record raises
-:class:`LogFormatError` naming ``file:line: field: reason``.
+:class:`LogFormatError` naming ``file:line: field: reason`` (for example
+``logs.jsonl:3: rounds[1].candidates[2].logprob: Input should be a finite number (got nan)``).
+
+The records are the paper's execution log (Section 3, DESIGN 2.1), the counter-evidence
+probe (Eq. 4, Algorithm 1, DESIGN 2.2), the self-report baselines (Section 4.1, DESIGN 2.3)
+and the NLI cache behind rationale semantic entropy (Eq. 3, Appendix C, DESIGN 2.4).
 
 Public API (DESIGN 4): :func:`read_logs`, :func:`read_probe`, :func:`read_nli`,
-:func:`read_self_report`, :class:`LogFormatError`; plus :func:`write_jsonl` (atomic writer)
-and :func:`check_probe_consensus` for the cross-file rule of DESIGN 2.2.
+:func:`read_self_report`, :class:`LogFormatError`; plus :func:`write_jsonl` (atomic writer),
+:func:`iter_jsonl`, :func:`loc_to_field` (the one pydantic-location -> field-name mapper),
+:func:`validate_record`, and the cross-file checks :func:`check_probe_consensus` and
+:func:`check_nli_against_logs`.
 """
 
 from __future__ import annotations
@@ -19,15 +26,15 @@ import os
 import re
 import tempfile
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictFloat,
     StrictInt,
     StrictStr,
     ValidationError,
@@ -36,8 +43,10 @@ from pydantic import (
 )
 
 SCHEMA_VERSION = 1
-OPTION_KEY = re.compile(r"^[A-Z]$")
+OPTION_KEY = re.compile(r"^[A-Z]\Z")
 ARMS = ("counter_evidence", "instruction_only", "irrelevant_docs", "neutral_instruction")
+MAX_PROBE_DOCS = 8
+_GZIP_MAGIC = b"\x1f\x8b"
 
 __all__ = [
     "ARMS",
@@ -47,21 +56,32 @@ __all__ = [
     "NLIRecord",
     "ProbeRecord",
     "QuestionLog",
+    "ReAnswer",
     "Retrieval",
     "Round",
     "SelfReport",
+    "check_nli_against_logs",
+    "check_options",
     "check_probe_consensus",
     "iter_jsonl",
+    "loc_to_field",
+    "modal_answer",
     "read_logs",
     "read_nli",
     "read_probe",
+    "read_records",
     "read_self_report",
+    "validate_record",
     "write_jsonl",
 ]
 
 
 class LogFormatError(ValueError):
-    """A malformed artifact: carries ``path``, ``line`` (1-based, None for file-level) and ``field``."""
+    """A malformed artifact: carries ``path``, ``line`` (1-based, None for file-level) and ``field``.
+
+    ``str(err)`` is ``file:line: field: reason`` (``file: field: reason`` without a line;
+    ``<record>`` stands for the field when the whole line or file is at fault).
+    """
 
     def __init__(self, path: str | os.PathLike[str], line: int | None, field: str | None, reason: str):
         self.path = str(path)
@@ -71,71 +91,126 @@ class LogFormatError(ValueError):
         where = self.path if line is None else f"{self.path}:{line}"
         super().__init__(f"{where}: {field or '<record>'}: {reason}")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across worker processes
+        return (type(self), (self.path, self.line, self.field, self.reason))
+
+
+class _FieldError(ValueError):
+    """Raised inside validators to name the offending field precisely.
+
+    ``loc`` is relative to the model (or field) whose validator raises it; :func:`_parse`
+    prefixes pydantic's location of that validator.
+    """
+
+    def __init__(self, loc: str | int | tuple[str | int, ...], reason: str):
+        self.loc: tuple[str | int, ...] = loc if isinstance(loc, tuple) else (loc,)
+        self.reason = reason
+        super().__init__(reason)
+
 
 # --------------------------------------------------------------------------------------------
 # Records
 # --------------------------------------------------------------------------------------------
 
-FiniteFloat = StrictFloat | StrictInt  # JSON has no int/float distinction for numbers like 0
-
-
-def _finite(value: float | None, name: str) -> float | None:
-    if value is not None and not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
+#: A finite JSON number (an int is accepted and stored as float; bool, str, NaN, inf are not).
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+NonNegInt = Annotated[int, Field(ge=0)]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
 class _Record(BaseModel):
-    """Base: strict types, extra fields allowed and preserved."""
+    """Base: strict types (no bool-as-int, no str-as-number), extra fields allowed and preserved."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=False)
 
 
-class Cost(_Record):
-    wall_s: FiniteFloat = Field(ge=0)
-    completion_tokens: StrictInt = Field(ge=0)
+class _Versioned(_Record):
+    """A top-level record: ``schema_version`` must be the integer 1 (not 1.0, not true)."""
 
-    @field_validator("wall_s")
+    schema_version: StrictInt
+
+    @field_validator("schema_version")
     @classmethod
-    def _wall_finite(cls, v: float) -> float:
-        return _finite(v, "wall_s")  # type: ignore[return-value]
+    def _version(cls, v: int) -> int:
+        if v != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {v}; this reader understands {SCHEMA_VERSION}")
+        return v
+
+
+class Cost(_Record):
+    """Inference cost of one question or probe arm (Appendix L)."""
+
+    wall_s: FiniteFloat = Field(ge=0)
+    completion_tokens: NonNegInt
 
 
 class Candidate(_Record):
-    """One sampled answer with its rationale (DESIGN 2.1)."""
+    """One sampled answer with its rationale (DESIGN 2.1 ``rounds[t].candidates[i]``).
+
+    All five fields are required keys (null allowed where noted); nothing is defaulted.
+    """
 
     answer: StrictStr | None
     rationale: StrictStr
-    logprob: FiniteFloat | None = None
-    n_tokens: StrictInt | None = Field(default=None, ge=0)
-    mean_token_entropy: FiniteFloat | None = None
+    logprob: FiniteFloat | None
+    n_tokens: NonNegInt | None
+    mean_token_entropy: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None
 
-    @field_validator("logprob", "mean_token_entropy")
-    @classmethod
-    def _is_finite(cls, v: float | None, info: Any) -> float | None:
-        return _finite(v, info.field_name)
+
+class ReAnswer(Candidate):
+    """A probe re-answer (DESIGN 2.2): shaped like a candidate; ``mean_token_entropy`` optional."""
+
+    mean_token_entropy: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
 
 
 class Retrieval(_Record):
-    """Evidence retrieved after a round (D_t)."""
+    """Evidence retrieved after a round (D_t, Eq. 10)."""
 
     queries: list[StrictStr]
     doc_ids: list[StrictStr]
 
 
 class Round(_Record):
+    """One round t of the substrate: N candidates and the retrieval that followed."""
+
     round: StrictInt = Field(ge=1)
     candidates: list[Candidate]
     retrieval: Retrieval | None
 
 
-class QuestionLog(_Record):
-    """One question's execution log (DESIGN 2.1)."""
+def modal_answer(rnd: Round) -> str | None:
+    """m_t (DESIGN 3): the most frequent non-null answer, ties to the alphabetically first key.
 
-    schema_version: Literal[1]
-    qid: StrictStr = Field(min_length=1)
-    dataset: StrictStr
-    backbone: StrictStr
+    None when every candidate's answer is null.
+    """
+    counts = Counter(c.answer for c in rnd.candidates if c.answer is not None)
+    if not counts:
+        return None
+    top = max(counts.values())
+    return min(a for a, k in counts.items() if k == top)
+
+
+def _is_unanimous(rnd: Round) -> bool:
+    answers = {c.answer for c in rnd.candidates}
+    return len(answers) == 1 and None not in answers
+
+
+def check_options(v: dict[str, str]) -> dict[str, str]:
+    """DESIGN 2.1 ``options``: at least 2 keys, each one uppercase letter (raises ValueError)."""
+    if len(v) < 2:
+        raise ValueError(f"needs at least 2 options, got {len(v)}")
+    for k in v:
+        if not OPTION_KEY.match(k):
+            raise ValueError(f"option key {k!r} is not one uppercase letter")
+    return v
+
+
+class QuestionLog(_Versioned):
+    """One question's execution log (DESIGN 2.1; Section 3 of the paper)."""
+
+    qid: NonEmptyStr
+    dataset: NonEmptyStr
+    backbone: NonEmptyStr
     question: StrictStr
     options: dict[StrictStr, StrictStr]
     gold: StrictStr
@@ -148,56 +223,55 @@ class QuestionLog(_Record):
     @field_validator("options")
     @classmethod
     def _option_keys(cls, v: dict[str, str]) -> dict[str, str]:
-        if len(v) < 2:
-            raise ValueError(f"needs at least 2 options, got {len(v)}")
-        bad = [k for k in v if not OPTION_KEY.match(k)]
-        if bad:
-            raise ValueError(f"option key {bad[0]!r} is not one uppercase letter")
-        return v
+        return check_options(v)
 
     @model_validator(mode="after")
     def _consistency(self) -> QuestionLog:
+        opts = sorted(self.options)
         if self.gold not in self.options:
-            raise _FieldError("gold", f"{self.gold!r} is not among the options {sorted(self.options)}")
+            raise _FieldError("gold", f"{self.gold!r} is not among the options {opts}")
         if len(self.rounds) > self.max_rounds:
             raise _FieldError("rounds", f"{len(self.rounds)} rounds exceed max_rounds={self.max_rounds}")
         for t, rnd in enumerate(self.rounds, start=1):
-            if rnd.round != t:
-                raise _FieldError(f"rounds[{t - 1}].round", f"expected round {t} (consecutive from 1), got {rnd.round}")
-            if len(rnd.candidates) != self.n_candidates:
-                raise _FieldError(
-                    f"rounds[{t - 1}].candidates",
-                    f"expected n_candidates={self.n_candidates} candidates, got {len(rnd.candidates)}",
-                )
-            for i, cand in enumerate(rnd.candidates):
-                if cand.answer is not None and cand.answer not in self.options:
-                    raise _FieldError(
-                        f"rounds[{t - 1}].candidates[{i}].answer",
-                        f"{cand.answer!r} is not among the options {sorted(self.options)}",
-                    )
-            answers = {c.answer for c in rnd.candidates}
-            unanimous = len(answers) == 1 and None not in answers
-            if unanimous and t < len(self.rounds):
-                raise _FieldError(
-                    f"rounds[{t - 1}]",
-                    f"round {t} is unanimous but is followed by round {t + 1} (the substrate stops at unanimity)",
-                )
+            self._check_round(t, rnd, opts)
         return self
 
+    def _check_round(self, t: int, rnd: Round, opts: list[str]) -> None:
+        at = ("rounds", t - 1)
+        if rnd.round != t:
+            raise _FieldError((*at, "round"), f"expected round {t} (consecutive from 1), got {rnd.round}")
+        if len(rnd.candidates) != self.n_candidates:
+            got = len(rnd.candidates)
+            raise _FieldError((*at, "candidates"), f"expected n_candidates={self.n_candidates} candidates, got {got}")
+        for i, cand in enumerate(rnd.candidates):
+            if cand.answer is not None and cand.answer not in self.options:
+                where = (*at, "candidates", i, "answer")
+                raise _FieldError(where, f"{cand.answer!r} is not among the options {opts}")
+        if _is_unanimous(rnd) and t < len(self.rounds):
+            nxt = f"round {t} is unanimous but is followed by round {t + 1}"
+            raise _FieldError(at, f"{nxt} (the substrate stops at unanimity)")
 
-class ProbeRecord(_Record):
-    """One (question, arm) of the counter-evidence probe (DESIGN 2.2, Algorithm 1)."""
 
-    schema_version: Literal[1]
-    qid: StrictStr = Field(min_length=1)
-    dataset: StrictStr
-    backbone: StrictStr
+class ProbeRecord(_Versioned):
+    """One (question, arm) of the counter-evidence probe (DESIGN 2.2, Eq. 4, Algorithm 1)."""
+
+    qid: NonEmptyStr
+    dataset: NonEmptyStr
+    backbone: NonEmptyStr
     arm: Literal["counter_evidence", "instruction_only", "irrelevant_docs", "neutral_instruction"]
     consensus: StrictStr
     queries: list[StrictStr]
-    doc_ids: list[StrictStr] = Field(max_length=8)
-    reanswers: list[Candidate] = Field(min_length=1)
+    doc_ids: list[StrictStr] = Field(max_length=MAX_PROBE_DOCS)
+    reanswers: list[ReAnswer] = Field(min_length=1)
     cost: Cost | None
+
+    @field_validator("reanswers", mode="before")
+    @classmethod
+    def _accept_candidates(cls, v: Any) -> Any:
+        """Let callers pass :class:`Candidate` objects; they are re-validated as :class:`ReAnswer`."""
+        if isinstance(v, list):
+            return [c.model_dump() if type(c) is Candidate else c for c in v]
+        return v
 
     @field_validator("consensus")
     @classmethod
@@ -208,158 +282,218 @@ class ProbeRecord(_Record):
 
     @model_validator(mode="after")
     def _arm_rules(self) -> ProbeRecord:
-        if self.arm == "instruction_only" and (self.queries or self.doc_ids):
-            raise _FieldError("doc_ids", "the instruction_only arm has no queries and no documents")
+        if self.arm == "instruction_only":
+            for name in ("queries", "doc_ids"):
+                if getattr(self, name):
+                    raise _FieldError(name, "the instruction_only arm has no queries and no documents")
         for i, cand in enumerate(self.reanswers):
             if cand.answer is not None and not OPTION_KEY.match(cand.answer):
-                raise _FieldError(f"reanswers[{i}].answer", f"{cand.answer!r} is not one uppercase letter")
+                raise _FieldError(("reanswers", i, "answer"), f"{cand.answer!r} is not one uppercase letter")
         return self
 
 
-class SelfReport(_Record):
-    """Post-hoc self-report baselines (DESIGN 2.3)."""
+class SelfReport(_Versioned):
+    """Post-hoc self-report baselines (DESIGN 2.3; verbalized confidence and P(True), Section 4.1)."""
 
-    schema_version: Literal[1]
-    qid: StrictStr = Field(min_length=1)
-    dataset: StrictStr
-    backbone: StrictStr
-    verbalized_confidence: FiniteFloat | None = Field(ge=0, le=100)
-    p_true: FiniteFloat | None = Field(ge=0, le=1)
-
-    @field_validator("verbalized_confidence", "p_true")
-    @classmethod
-    def _is_finite(cls, v: float | None, info: Any) -> float | None:
-        return _finite(v, info.field_name)
+    qid: NonEmptyStr
+    dataset: NonEmptyStr
+    backbone: NonEmptyStr
+    verbalized_confidence: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None
+    p_true: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None
 
 
-class NLIRecord(_Record):
-    """Entailment among one round's concluding claims (DESIGN 2.4)."""
+class NLIRecord(_Versioned):
+    """Entailment among one round's concluding claims (DESIGN 2.4; Eq. 3, Appendix C)."""
 
-    schema_version: Literal[1]
-    qid: StrictStr = Field(min_length=1)
-    dataset: StrictStr
-    backbone: StrictStr
+    qid: NonEmptyStr
+    dataset: NonEmptyStr
+    backbone: NonEmptyStr
     round: StrictInt = Field(ge=1)
-    model: StrictStr
-    candidates: list[StrictInt]
+    model: NonEmptyStr
+    candidates: list[NonNegInt] = Field(min_length=1)
     claims: list[StrictStr]
     entailment: list[list[FiniteFloat]]
 
     @model_validator(mode="after")
     def _matrix(self) -> NLIRecord:
-        n = len(self.claims)
-        if len(self.candidates) != n:
-            raise _FieldError("candidates", f"{len(self.candidates)} candidate indices for {n} claims")
-        if len(set(self.candidates)) != len(self.candidates) or any(c < 0 for c in self.candidates):
-            raise _FieldError("candidates", "candidate indices must be distinct and non-negative")
+        n = len(self.candidates)
+        dup = [c for c, k in Counter(self.candidates).items() if k > 1]
+        if dup:
+            raise _FieldError("candidates", f"candidate index {dup[0]} is listed more than once")
+        if len(self.claims) != n:
+            raise _FieldError("claims", f"{len(self.claims)} claims for {n} candidate indices (one per candidate)")
         if len(self.entailment) != n:
             raise _FieldError("entailment", f"matrix has {len(self.entailment)} rows for {n} claims")
         for i, row in enumerate(self.entailment):
             if len(row) != n:
-                raise _FieldError(f"entailment[{i}]", f"matrix is not square: row has {len(row)} entries, expected {n}")
+                reason = f"matrix is not square: row has {len(row)} entries, expected {n}"
+                raise _FieldError(("entailment", i), reason)
             for j, v in enumerate(row):
-                if not (math.isfinite(v) and 0.0 <= v <= 1.0):
-                    raise _FieldError(f"entailment[{i}][{j}]", f"probability {v!r} is not in [0, 1]")
+                if not 0.0 <= v <= 1.0:
+                    raise _FieldError(("entailment", i, j), f"probability {v!r} is not in [0, 1]")
         return self
-
-
-class _FieldError(ValueError):
-    """Raised inside model validators to name the offending field precisely."""
-
-    def __init__(self, field: str, reason: str):
-        self.field = field
-        self.reason = reason
-        super().__init__(reason)
 
 
 # --------------------------------------------------------------------------------------------
 # Reading
 # --------------------------------------------------------------------------------------------
 
-def _open_text(path: Path, mode: str = "rt"):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, mode, encoding="utf-8")
-    return open(path, mode, encoding="utf-8")
+class _DuplicateKeys(dict):
+    """A JSON object that repeated a key (json.loads would silently keep the last one)."""
+
+    duplicates: list[str]
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-standard JSON number {name}")
+def _object_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    out = _DuplicateKeys(obj)
+    out.duplicates = [k for k, n in Counter(k for k, _ in pairs).items() if n > 1]
+    return out
+
+
+def _scan(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], str] | None:
+    """Find the first non-finite number or repeated key anywhere in a parsed JSON value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return loc, f"non-finite number {value!r} (JSON has no NaN or Infinity)"
+    if isinstance(value, dict):
+        if isinstance(value, _DuplicateKeys):
+            return loc, f"duplicate key {value.duplicates[0]!r} in one JSON object"
+        items: Iterable[tuple[str | int, Any]] = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for k, v in items:
+        found = _scan(v, (*loc, k))
+        if found:
+            return found
+    return None
+
+
+def _raw_lines(p: Path) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(line_number, raw_bytes)``; gzip damage surfaces as LogFormatError at the next line."""
+    n = 0
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(2)
+        if not head:
+            return  # zero bytes: reported as an empty file by iter_jsonl
+        if p.name.endswith(".gz"):
+            if head != _GZIP_MAGIC:
+                raise LogFormatError(p, None, None, "name ends in .gz but the file is not gzip-compressed")
+            fh_ctx = gzip.open(p, "rb")
+        elif head == _GZIP_MAGIC:
+            raise LogFormatError(p, None, None, "file is gzip-compressed but its name does not end in .gz")
+        else:
+            fh_ctx = open(p, "rb")
+        with fh_ctx as fh:
+            for n, raw in enumerate(fh, start=1):
+                yield n, raw
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise LogFormatError(p, n + 1, None, f"truncated or corrupt gzip data: {exc}") from None
+    except FileNotFoundError:
+        raise LogFormatError(p, None, None, "file does not exist") from None
+    except OSError as exc:
+        raise LogFormatError(p, None, None, f"cannot read file: {exc}") from None
+
+
+def _decode_line(p: Path, n: int, raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LogFormatError(p, n, None, f"not valid UTF-8 (byte {exc.start})") from None
+    text = text.removesuffix("\n").removesuffix("\r")
+    if not text.strip():
+        raise LogFormatError(p, n, None, "empty line (one JSON object per line expected)")
+    try:
+        obj = json.loads(text, object_pairs_hook=_object_hook, parse_constant=float)
+    except json.JSONDecodeError as exc:
+        raise LogFormatError(p, n, None, f"invalid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise LogFormatError(p, n, None, f"expected a JSON object, got {type(obj).__name__}")
+    bad = _scan(obj)
+    if bad:
+        raise LogFormatError(p, n, loc_to_field(bad[0]) or None, bad[1])
+    return dict(obj)
 
 
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for every line; blank lines are errors, not skipped."""
+    """Yield ``(line_number, object)`` for every line of a ``.jsonl`` or ``.jsonl.gz`` file.
+
+    Rejected (``LogFormatError``): missing, empty or truncated files, non-UTF-8 bytes, blank
+    lines (never skipped), invalid JSON, a line that is not an object, NaN/Infinity anywhere,
+    and a key repeated inside one object.
+    """
     p = Path(path)
-    if not p.exists():
-        raise LogFormatError(p, None, None, "file does not exist")
     n = 0
-    try:
-        with _open_text(p) as fh:
-            for n, raw in enumerate(fh, start=1):
-                text = raw.rstrip("\n").rstrip("\r")
-                if not text.strip():
-                    raise LogFormatError(p, n, None, "empty line (one JSON object per line expected)")
-                try:
-                    obj = json.loads(text, parse_constant=_reject_constant)
-                except (json.JSONDecodeError, ValueError) as exc:
-                    raise LogFormatError(p, n, None, f"invalid JSON: {exc}") from None
-                if not isinstance(obj, dict):
-                    raise LogFormatError(p, n, None, f"expected a JSON object, got {type(obj).__name__}")
-                yield n, obj
-    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-        if isinstance(exc, LogFormatError):
-            raise
-        raise LogFormatError(p, n + 1 if n else None, None, f"unreadable or truncated file: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise LogFormatError(p, n + 1, None, f"not UTF-8: {exc}") from None
+    for n, raw in _raw_lines(p):
+        yield n, _decode_line(p, n, raw)
     if n == 0:
         raise LogFormatError(p, None, None, "file is empty (no records)")
 
 
-def _loc_to_field(loc: Sequence[str | int]) -> str:
+_TAG = re.compile(r"[\[\](),']")  # pydantic schema tags: function-after[...], literal['a'], list[int], ...
+
+
+def loc_to_field(loc: Sequence[str | int]) -> str:
+    """Map a pydantic error location to a field name: ``('rounds', 1, 'logprob')`` -> ``rounds[1].logprob``.
+
+    Integers become ``[i]``; schema tags that pydantic inserts for unions and validator
+    functions (they contain brackets, parentheses or quotes, which no DESIGN field name does)
+    are dropped so that branch names never leak into field names.
+    """
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
+        elif not _TAG.search(part):
+            out += ("." if out else "") + part
     return out
 
 
-_R = TypeVar("_R", bound=_Record)
+def _format_pydantic(err: Any) -> tuple[tuple[str | int, ...], str]:
+    """(location, reason) for one pydantic error dict, resolving our own _FieldError."""
+    loc = tuple(err["loc"])
+    ctx_error = (err.get("ctx") or {}).get("error")
+    if isinstance(ctx_error, _FieldError):
+        return (*loc, *ctx_error.loc), ctx_error.reason
+    if err["type"] == "missing":
+        return loc, "missing required field"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if "input" in err and err["type"] != "value_error":
+        shown = repr(err["input"])
+        msg = f"{msg} (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
+    return loc, msg
 
 
-def _parse(model: type[_R], path: Path, line: int, obj: dict[str, Any]) -> _R:
+_R = TypeVar("_R", bound=BaseModel)
+
+
+def validate_record(model: type[_R], obj: Any, path: str | os.PathLike[str], line: int | None) -> _R:
+    """Validate one parsed object as ``model``; any failure becomes ``LogFormatError(path, line, field)``."""
+    if not isinstance(obj, dict):
+        raise LogFormatError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
     try:
         return model.model_validate(obj)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        ctx_error = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_error, _FieldError):
-            raise LogFormatError(path, line, ctx_error.field, ctx_error.reason) from None
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "union[", "list[", "dict[")))]
-        # pydantic puts union branch names (e.g. 'float', 'int') into loc; drop trailing type tags
-        loc = [p for p in loc if p not in ("float", "int", "str", "none", "StrictFloat", "StrictInt", "StrictStr", "literal['counter_evidence','instruction_only','irrelevant_docs','neutral_instruction']")]
-        field = _loc_to_field(loc) or None
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
-            msg = "missing required field"
-        elif "input" in err and err["type"] not in ("missing",):
-            shown = repr(err["input"])
-            if len(shown) > 60:
-                shown = shown[:57] + "..."
-            msg = f"{msg} (got {shown})"
-        raise LogFormatError(path, line, field, msg) from None
+        loc, reason = _format_pydantic(exc.errors(include_url=False)[0])
+        raise LogFormatError(path, line, loc_to_field(loc) or None, reason) from None
 
 
-def _read(model: type[_R], path: str | os.PathLike[str], unique_key: Any) -> list[_R]:
+def read_records(model: type[_R], path: str | os.PathLike[str], key_fields: tuple[str, ...]) -> list[_R]:
+    """Read a JSONL file of ``model`` records whose ``key_fields`` tuple is unique per file."""
     p = Path(path)
     out: list[_R] = []
-    seen: dict[Any, int] = {}
+    seen: dict[tuple[Any, ...], int] = {}
     for line, obj in iter_jsonl(p):
-        rec = _parse(model, p, line, obj)
-        key = unique_key(rec)
+        rec = validate_record(model, obj, p, line)
+        key = tuple(getattr(rec, f) for f in key_fields)
         if key in seen:
-            raise LogFormatError(p, line, "qid", f"duplicate {key!r} (first seen on line {seen[key]})")
+            what = ", ".join(f"{f}={v!r}" for f, v in zip(key_fields, key))
+            reason = f"duplicate record {what} (first on line {seen[key]})"
+            raise LogFormatError(p, line, key_fields[-1], reason)
         seen[key] = line
         out.append(rec)
     return out
@@ -367,53 +501,113 @@ def _read(model: type[_R], path: str | os.PathLike[str], unique_key: Any) -> lis
 
 def read_logs(path: str | os.PathLike[str]) -> list[QuestionLog]:
     """Read execution logs (DESIGN 2.1); qids must be unique within the file."""
-    return _read(QuestionLog, path, lambda r: r.qid)
+    return read_records(QuestionLog, path, ("qid",))
 
 
 def read_probe(path: str | os.PathLike[str], logs: Iterable[QuestionLog] | None = None) -> list[ProbeRecord]:
-    """Read probe records (DESIGN 2.2); one per (qid, arm).
+    """Read probe records (DESIGN 2.2, Algorithm 1); one per (qid, arm).
 
-    With ``logs`` given, each record's ``consensus`` must equal that question's unanimous
-    first-round answer (see :func:`check_probe_consensus`).
+    With ``logs`` given, each record is checked against its question by
+    :func:`check_probe_consensus`.
     """
-    records = _read(ProbeRecord, path, lambda r: (r.qid, r.arm))
+    records = read_records(ProbeRecord, path, ("qid", "arm"))
     if logs is not None:
         check_probe_consensus(records, logs, path)
     return records
 
 
-def read_nli(path: str | os.PathLike[str]) -> list[NLIRecord]:
-    """Read the NLI cache (DESIGN 2.4); one record per (qid, round)."""
-    return _read(NLIRecord, path, lambda r: (r.qid, r.round))
+def read_nli(path: str | os.PathLike[str], logs: Iterable[QuestionLog] | None = None) -> list[NLIRecord]:
+    """Read the NLI cache (DESIGN 2.4, Eq. 3); one record per (qid, round).
+
+    With ``logs`` given, each record is checked against its round by :func:`check_nli_against_logs`.
+    """
+    records = read_records(NLIRecord, path, ("qid", "round"))
+    if logs is not None:
+        check_nli_against_logs(records, logs, path)
+    return records
 
 
 def read_self_report(path: str | os.PathLike[str]) -> list[SelfReport]:
     """Read self-report baselines (DESIGN 2.3); qids unique."""
-    return _read(SelfReport, path, lambda r: r.qid)
+    return read_records(SelfReport, path, ("qid",))
+
+
+# --------------------------------------------------------------------------------------------
+# Cross-file checks (records are numbered by position = file line, as the readers keep order)
+# --------------------------------------------------------------------------------------------
+
+_Problem = tuple[str, str] | None  # (field, reason) of a cross-file mismatch, or None
+
+
+def _probe_problem(rec: ProbeRecord, log: QuestionLog) -> _Problem:
+    first = log.rounds[0]
+    if not _is_unanimous(first):
+        return "consensus", f"question {rec.qid!r} is not unanimous in round 1; it cannot be probed"
+    m = first.candidates[0].answer
+    if rec.consensus != m:
+        return "consensus", f"{rec.consensus!r} differs from the log's unanimous first-round answer {m!r}"
+    if len(rec.reanswers) != log.n_candidates:
+        return "reanswers", f"expected N={log.n_candidates} re-answers, got {len(rec.reanswers)}"
+    for i, c in enumerate(rec.reanswers):
+        if c.answer is not None and c.answer not in log.options:
+            return f"reanswers[{i}].answer", f"{c.answer!r} is not among the options {sorted(log.options)}"
+    return None
 
 
 def check_probe_consensus(
     records: Sequence[ProbeRecord], logs: Iterable[QuestionLog], path: str | os.PathLike[str] = "<probe>"
 ) -> None:
-    """Reject a probe record whose consensus is not the log's unanimous first-round answer.
+    """Reject a probe record that does not fit its question's log (DESIGN 2.2, Algorithm 1).
 
-    A record whose qid is in ``logs`` must point to a question whose first round is unanimous
-    on one non-null answer equal to ``consensus``.  Records for qids absent from ``logs`` are
-    left alone (a probe file may cover an extra pool).
+    For a record whose qid is in ``logs``: the question's first round must be unanimous on one
+    non-null answer equal to ``consensus``; there must be N re-answers, each null or an option
+    key of that question.  Records for qids absent from ``logs`` are left alone (a probe file
+    may cover an extra pool).  Line numbers are positions in ``records`` (1-based).
     """
     by_qid = {log.qid: log for log in logs}
     for line, rec in enumerate(records, start=1):
         log = by_qid.get(rec.qid)
-        if log is None:
-            continue
-        first = {c.answer for c in log.rounds[0].candidates}
-        if len(first) != 1 or None in first:
-            raise LogFormatError(path, line, "consensus", f"question {rec.qid!r} is not unanimous in round 1; it cannot be probed")
-        (m,) = first
-        if rec.consensus != m:
-            raise LogFormatError(path, line, "consensus", f"{rec.consensus!r} differs from the log's unanimous first-round answer {m!r}")
-        if len(rec.reanswers) != log.n_candidates:
-            raise LogFormatError(path, line, "reanswers", f"expected N={log.n_candidates} re-answers, got {len(rec.reanswers)}")
+        problem = None if log is None else _probe_problem(rec, log)
+        if problem:
+            raise LogFormatError(path, line, *problem)
+
+
+def _nli_problem(rec: NLIRecord, log: QuestionLog) -> _Problem:
+    if rec.round > len(log.rounds):
+        return "round", f"question {rec.qid!r} has {len(log.rounds)} logged rounds, not round {rec.round}"
+    rnd = log.rounds[rec.round - 1]
+    m = modal_answer(rnd)
+    if m is None:
+        return "round", f"round {rec.round} of {rec.qid!r} has no non-null answer, so no modal voters"
+    voters = [i for i, c in enumerate(rnd.candidates) if c.answer == m]
+    if sorted(rec.candidates) != voters:
+        return "candidates", f"{rec.candidates} are not the voters {voters} of round {rec.round}'s modal answer {m!r}"
+    if len(rec.claims) != len(rec.candidates):
+        return "claims", f"{len(rec.claims)} claims for {len(rec.candidates)} candidates"
+    return None
+
+
+def check_nli_against_logs(
+    nli: Sequence[NLIRecord],
+    logs: Iterable[QuestionLog],
+    path: str | os.PathLike[str] = "<nli>",
+    allow_unknown_qids: bool = False,
+) -> None:
+    """Reject an NLI record that does not describe its round (DESIGN 2.4, Eq. 3, Appendix C).
+
+    The qid must be in ``logs`` (unless ``allow_unknown_qids``), the round must be logged
+    (1..T_stop), the round must have a modal answer m_t (DESIGN 3), and ``candidates`` must be
+    exactly the indices of the candidates voting m_t, in any order (all N on a unanimous round);
+    one claim per listed candidate.  Line numbers are positions in ``nli`` (1-based).
+    """
+    by_qid = {log.qid: log for log in logs}
+    for line, rec in enumerate(nli, start=1):
+        log = by_qid.get(rec.qid)
+        if log is None and not allow_unknown_qids:
+            raise LogFormatError(path, line, "qid", f"{rec.qid!r} is not in the execution logs")
+        problem = None if log is None else _nli_problem(rec, log)
+        if problem:
+            raise LogFormatError(path, line, *problem)
 
 
 # --------------------------------------------------------------------------------------------
@@ -428,7 +622,8 @@ def _dump(rec: BaseModel | dict[str, Any]) -> str:
 def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict[str, Any]]) -> Path:
     """Write records atomically (temporary file + rename); ``.gz`` paths are compressed.
 
-    Compressed output is byte-reproducible (no timestamp, no file name in the gzip header).
+    Output is byte-reproducible (compact JSON, no gzip timestamp or file name); NaN/inf
+    raise ``ValueError`` rather than producing invalid JSON.  Extra fields are written back.
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

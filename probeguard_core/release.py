@@ -125,7 +125,7 @@ class Cell:
     @cached_property
     def nli(self) -> list[L.NLIRecord] | None:
         p = self.file("nli")
-        return None if p is None else L.read_nli(p)
+        return None if p is None else L.read_nli(p, logs=self.logs)
 
     @cached_property
     def self_report(self) -> list[L.SelfReport] | None:
