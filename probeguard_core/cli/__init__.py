@@ -18,6 +18,7 @@ from probeguard_core.logs import LogFormatError
 #: Modules contributing sub-commands (pipeline stages, certification, simulator, ...).
 SUBCOMMAND_MODULES = (
     "probeguard_core.cli.validate",
+    "probeguard_core.cli.convert",
     "probeguard_core.cli.certify",
     "probeguard_core.cli.pipeline",
     "probeguard_core.cli.simulate",
@@ -29,7 +30,11 @@ class UsageError(ValueError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="probeguard", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="probeguard",
+        description="ProbeGuard: certified abstention from how multi-round consensus forms "
+        "(certify/apply your logs, run the pipeline stages, simulate a release).",
+    )
     parser.add_argument("--version", action="version", version=f"probeguard_core {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
