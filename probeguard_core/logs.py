@@ -637,6 +637,7 @@ def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict
             else:
                 for rec in records:
                     raw.write((_dump(rec) + "\n").encode("utf-8"))
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are ordinary readable files
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

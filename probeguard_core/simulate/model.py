@@ -1,0 +1,692 @@
+"""Generative model of multi-round consensus (the simulated substrate of §3 and the probe of §3.2).
+
+Per question (``simulate_question``):
+
+1. **Latent state** -- knowledge-backed (K), shared misconception (M) or genuinely uncertain (U) --
+   drawn from a mixture ``pi`` that depends on the cell and (MedQA) on the question's
+   specialty (Appendix I), and a **difficulty** ``d``.
+2. **Round 1**: N = 8 votes.  K: each candidate holds gold with probability ``1 - d``;
+   M: each holds the question's tempting distractor with probability ``1 - d``; U: vote shares
+   ~ Dirichlet with a weak pull of gold.  A parse failure (null answer) happens rarely.
+3. **Rounds 2..T** after a disagreement: retrieval of <= 8 documents from the question's
+   relevant pool (repeats rise as the pool saturates, Eq. 10); the new evidence points to
+   gold with a probability depending on the state, scaled by the share of *new* documents;
+   next-round votes follow instructed convergence (weights ~ (count + 0.5)^gamma, App. A),
+   the attractor's pull and the evidence; each candidate may also keep its own vote.
+   Stop at unanimity or T = 8 (DESIGN 3).
+4. Rationales (``text.py``): a knowledge-backed vote cites the question's one mechanism; a
+   misconception vote draws a justification from a pool of distinct reasons.
+5. Token counts, sequence log-probabilities and mean token entropies from a length x per-token
+   likelihood mechanism (harder questions and later rounds write longer completions; votes off
+   the attractor and uncertain questions have higher per-token NLL).
+6. Probe (all four arms of DESIGN 2.2) on a unanimous first round: the challenge *collapses*
+   the consensus with a probability that depends on whether it is right or wrong, and on the arm.
+
+:func:`calibrate_cell` solves the free parameters from the rate inputs of ``params.yaml``:
+the state mixture (exact linear solve on Monte-Carlo round-1 rates), the evidence strength
+(bisection on the overall accuracy) and the probe collapse probabilities (linear solve on
+Monte-Carlo flip rates).  No output metric (AUROC, AURC, coverage) enters anywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from probeguard_core import SEED
+from probeguard_core.simulate import text as TX
+
+STATES = ("knowledge", "misconception", "uncertain")
+ARMS = ("counter_evidence", "instruction_only", "irrelevant_docs", "neutral_instruction")
+PARAMS_PATH = Path(__file__).with_name("params.yaml")
+NLI_MODEL = "simulated/deberta-large-mnli-standin"
+#: Table 6's control-arm rates relative to the probe (MedQA / Qwen3-8B), used where a cell has no control arms.
+_TABLE6_RATIO_KEYS = ("instruction_only", "irrelevant_docs", "neutral_instruction")
+
+
+# ------------------------------------------------------------------------------------------
+# Parameters
+# ------------------------------------------------------------------------------------------
+
+def _check_leaves(node: Any, where: str) -> None:
+    """Every input is ``{value, source}`` or ``{value, assumed}`` (specialty rows: ``{n, error, source}``)."""
+    if not isinstance(node, dict):
+        raise ValueError(f"params: {where} must be a mapping with value and source/assumed, got {node!r}")
+    if "value" in node or "n" in node:
+        has = [k for k in ("source", "assumed") if k in node]
+        if len(has) != 1 or not str(node[has[0]]).strip():
+            raise ValueError(f"params: {where} needs exactly one non-empty 'source' or 'assumed'")
+        return
+    for k, v in node.items():
+        _check_leaves(v, f"{where}.{k}" if where else str(k))
+
+
+def load_params(path: str | Path | None = None) -> dict[str, Any]:
+    """Read and check ``params.yaml``; raises ValueError naming a leaf without a source/assumption."""
+    p = Path(path) if path is not None else PARAMS_PATH
+    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    if not isinstance(raw, dict) or "cells" not in raw:
+        raise ValueError(f"{p}: not a simulator parameter file (no 'cells')")
+    for key in ("panel", "datasets", "backbones", "mechanism", "specialties", "cells"):
+        _check_leaves(raw[key], key)
+    return raw
+
+
+def v(node: dict[str, Any]) -> Any:
+    return node["value"]
+
+
+#: (path, dataset, backbone, role); the augmentation pool is a MedQA cell with role "augment".
+CELLS: tuple[tuple[str, str, str, str], ...] = (
+    ("medqa/qwen3-8b", "medqa", "Qwen/Qwen3-8B", "main"),
+    ("mmlu_pro_med/qwen3-8b", "mmlu_pro_med", "Qwen/Qwen3-8B", "main"),
+    ("medmcqa/qwen3-8b", "medmcqa", "Qwen/Qwen3-8B", "main"),
+    ("medxpertqa/qwen3-8b", "medxpertqa", "Qwen/Qwen3-8B", "main"),
+    ("medqa/huatuogpt-o1-8b", "medqa", "FreedomIntelligence/HuatuoGPT-o1-8B", "main"),
+    ("mmlu_pro_med/huatuogpt-o1-8b", "mmlu_pro_med", "FreedomIntelligence/HuatuoGPT-o1-8B", "main"),
+    ("medqa/llama-3.1-8b-instruct", "medqa", "meta-llama/Llama-3.1-8B-Instruct", "main"),
+    ("mmlu_pro_med/llama-3.1-8b-instruct", "mmlu_pro_med", "meta-llama/Llama-3.1-8B-Instruct", "main"),
+    ("medqa-augment/qwen3-8b", "medqa", "Qwen/Qwen3-8B", "augment"),
+)
+CELL_INDEX = {c[0]: c for c in CELLS}
+
+
+def cell_spec(path: str) -> tuple[str, str, str, str]:
+    if path not in CELL_INDEX:
+        raise ValueError(f"unknown cell {path!r}; expected one of {sorted(CELL_INDEX)}")
+    return CELL_INDEX[path]
+
+
+def rng_for(*parts: str | int) -> np.random.Generator:
+    """A Generator seeded from SEED and the given names/indices (stable across runs and platforms)."""
+    key = [SEED] + [p if isinstance(p, int) else zlib.crc32(str(p).encode("utf-8")) for p in parts]
+    return np.random.default_rng(key)
+
+
+# ------------------------------------------------------------------------------------------
+# Question bank (shared by the backbones of a dataset)
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Question:
+    qid: str
+    index: int
+    question: str
+    options: dict[str, str]
+    gold: str
+    distractor: str  # the tempting wrong option (the misconception's attractor)
+    specialty: str | None
+    findings: list[str]
+    gold_mech: tuple[int, int]
+    side_mechs: list[tuple[int, int]]
+    reason_pool: list[tuple[int, int]]  # misconception reasons; [0] is the shared quick prior
+    uncertain_pool: list[tuple[int, int]]
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.options)
+
+    @property
+    def registry(self) -> list[tuple[int, int]]:
+        return [self.gold_mech, *self.side_mechs, *self.reason_pool, *self.uncertain_pool]
+
+
+def _specialty_table(params: dict[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Specialty names, label frequencies (∝ unanimous counts, App. I) and relative misconception odds."""
+    t8 = params["specialties"]["table8"]
+    others = v(params["specialties"]["others"])
+    names = list(t8) + list(others)
+    n = np.array([t8[s]["n"] for s in t8] + [others[s] for s in others], dtype=float)
+    err = np.array([t8[s]["error"] for s in t8] + [np.nan] * len(others))
+    layer = float(np.nansum(n[: len(t8)] * err[: len(t8)]) / n[: len(t8)].sum())
+    rel = np.where(np.isnan(err), 1.0, err / layer)
+    return names, n / n.sum(), rel
+
+
+def _distinct_mechs(rng: np.random.Generator, k: int) -> list[tuple[int, int]]:
+    procs = rng.choice(len(TX.PROCESSES), size=k, replace=False)
+    structs = rng.choice(len(TX.STRUCTURES), size=k, replace=False)
+    return [(int(p), int(s)) for p, s in zip(procs, structs)]
+
+
+def make_question(dataset: str, index: int, params: dict[str, Any], *, labelled: bool, pool: str = "") -> Question:
+    """Question ``index`` of ``dataset`` (``pool`` separates the augmentation pool's bank)."""
+    rng = rng_for("question", dataset + pool, index)
+    n_opt = int(v(params["datasets"][dataset]["n_options"]))
+    keys = [chr(ord("A") + i) for i in range(n_opt)]
+    specialty = None
+    spec_for_text = None
+    if labelled:
+        names, freq, _ = _specialty_table(params)
+        specialty = names[int(rng.choice(len(names), p=freq))]
+        spec_for_text = specialty
+    else:
+        spec_for_text = list(TX.ALL_TERMS)[int(rng.integers(len(TX.ALL_TERMS)))]
+    stem, findings = TX.question_text(rng, spec_for_text, dataset)
+    opts = TX.option_texts(rng, spec_for_text, n_opt)
+    gold_i = int(rng.integers(n_opt))
+    dis_i = int((gold_i + 1 + rng.integers(n_opt - 1)) % n_opt)
+    mechs = _distinct_mechs(rng, 3 + 8 + 4)
+    n_reason = int(rng.integers(v(params["mechanism"]["misconception_reason_pool"])[0], v(params["mechanism"]["misconception_reason_pool"])[1] + 1))
+    n_unc = int(rng.integers(v(params["mechanism"]["uncertain_reason_pool"])[0], v(params["mechanism"]["uncertain_reason_pool"])[1] + 1))
+    qid = f"{dataset}{pool}-{index:05d}"
+    return Question(
+        qid=qid, index=index, question=stem, options=dict(zip(keys, opts)), gold=keys[gold_i],
+        distractor=keys[dis_i], specialty=specialty, findings=findings, gold_mech=mechs[0],
+        side_mechs=mechs[1:3], reason_pool=mechs[3 : 3 + n_reason], uncertain_pool=mechs[11 : 11 + n_unc],
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def labelled_indices(dataset: str, n_questions: int, n_labelled: int) -> frozenset[int]:
+    """Which questions of the full bank carry a specialty label (a fixed random subset, App. I)."""
+    perm = rng_for("labelled", dataset).permutation(n_questions)
+    return frozenset(int(i) for i in perm[:n_labelled])
+
+
+# ------------------------------------------------------------------------------------------
+# Round-1 votes and contested dynamics (numeric part)
+# ------------------------------------------------------------------------------------------
+
+def _sample_cat(rng: np.random.Generator, p: np.ndarray, size: int) -> np.ndarray:
+    c = np.cumsum(p)
+    c /= c[-1]
+    return np.minimum(np.searchsorted(c, rng.random(size), side="right"), len(p) - 1)
+
+
+def _difficulty(rng: np.random.Generator, state: str, bb: dict[str, Any]) -> float:
+    if state == "knowledge":
+        a, b = v(bb["knowledge_difficulty_beta"])
+    elif state == "misconception":
+        a, b = v(bb["misconception_difficulty_beta"])
+    else:
+        return float(0.5 + 0.5 * rng.random())
+    return float(rng.beta(a, b))
+
+
+def round1_probs(rng: np.random.Generator, state: str, d: float, k: int, g: int, w: int, bb: dict[str, Any]) -> np.ndarray:
+    """Round-1 vote distribution over the k options."""
+    p = np.zeros(k)
+    if state == "knowledge":
+        p[:] = d / (k - 1)
+        p[g] = 1 - d
+    elif state == "misconception":
+        rest = [i for i in range(k) if i not in (g, w)]
+        p[g] = d / 2 if rest else d
+        if rest:
+            p[rest] = d / 2 / len(rest)
+        p[w] = 1 - d
+    else:
+        alpha = np.full(k, float(v(bb["uncertain_dirichlet"])))
+        alpha[g] += float(v(bb["uncertain_gold_boost"]))
+        p = rng.dirichlet(alpha)
+    return p
+
+
+def _votes(rng: np.random.Generator, p: np.ndarray, n: int, p_null: float) -> np.ndarray:
+    out = _sample_cat(rng, p, n)
+    out[rng.random(n) < p_null] = -1
+    return out
+
+
+def _unanimous(votes: np.ndarray) -> bool:
+    return bool(votes[0] >= 0 and np.all(votes == votes[0]))
+
+
+@dataclass
+class Trajectory:
+    state: str
+    d: float
+    votes: list[np.ndarray]  # per round, option indices (-1 = null)
+    retrieval: list[tuple[list[int], int] | None]  # per round: (doc indices into pool, n_queries) or None
+    found_by_round: list[bool]  # evidence found gold after round t
+    pool_size: int
+
+
+def run_dynamics(rng: np.random.Generator, state: str, d: float, k: int, g: int, w: int, v1: np.ndarray,
+                 mech: dict[str, Any], eta: float, n_cand: int, max_rounds: int, docs_per_round: int,
+                 p_null: float) -> Trajectory:
+    """Rounds 2..T under instructed convergence with evidence retrieved after each disagreement."""
+    lo, hi = v(mech["doc_pool_size"])[state]
+    pool = int(rng.integers(lo, hi + 1))
+    gamma = float(v(mech["convergence_gamma"]))
+    persist = float(v(mech["own_vote_persistence"]))
+    pull = float(v(mech["attractor_pull"]))
+    epull = float(v(mech["evidence_pull"]))
+    h = float(v(mech["evidence_found"])[state])
+    attractor = g if state == "knowledge" else (w if state == "misconception" else -1)
+    votes = [v1]
+    retrieval: list[tuple[list[int], int] | None] = []
+    found_by_round: list[bool] = []
+    seen: set[int] = set()
+    found_any = False
+    while not _unanimous(votes[-1]) and len(votes) < max_rounds:
+        nq = int(rng.integers(1, 5))
+        nd = min(docs_per_round, 2 * nq, pool)
+        # rank-biased draw from the pool: top-ranked documents recur (saturation)
+        wts = 1.0 / (1.0 + np.arange(pool)) ** 0.7
+        docs = [int(x) for x in rng.choice(pool, size=nd, replace=False, p=wts / wts.sum())]
+        new = sum(1 for x in docs if x not in seen)
+        seen.update(docs)
+        found = bool(rng.random() < min(1.0, eta * h * new / nd))
+        found_any = found_any or found
+        retrieval.append((docs, nq))
+        found_by_round.append(found)
+        cur = votes[-1]
+        counts = np.bincount(cur[cur >= 0], minlength=k).astype(float)
+        wgt = (counts + 0.5) ** gamma
+        if attractor >= 0:
+            wgt[attractor] *= 1.0 + pull
+        if found:
+            wgt[g] *= 1.0 + epull
+        nxt = _sample_cat(rng, wgt, n_cand)
+        keep = (rng.random(n_cand) < persist) & (cur >= 0)
+        nxt[keep] = cur[keep]
+        nxt[rng.random(n_cand) < p_null] = -1
+        votes.append(nxt)
+    retrieval.append(None)
+    found_by_round.append(False)
+    return Trajectory(state, d, votes, retrieval, found_by_round, pool)
+
+
+def final_index(votes: np.ndarray, k: int) -> int:
+    """Unique plurality of the last round (DESIGN 3), -1 when tied or all null."""
+    counts = np.bincount(votes[votes >= 0], minlength=k)
+    if counts.max() == 0:
+        return -1
+    top = np.flatnonzero(counts == counts.max())
+    return int(top[0]) if len(top) == 1 else -1
+
+
+# ------------------------------------------------------------------------------------------
+# Calibration (inputs are rates; free parameters are solved, never tuned to an output metric)
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Calibration:
+    pi: dict[str, float]
+    eta: float
+    collapse: dict[str, tuple[float, float]]  # arm -> (P(collapse | wrong), P(collapse | right))
+    reanswer_tokens_median: float
+    round1: dict[str, tuple[float, float]] = field(default_factory=dict)  # state -> (P(unan), P(unan & right))
+    targets: dict[str, Any] = field(default_factory=dict)
+
+
+def _round1_rates(state: str, k: int, bb: dict[str, Any], p_null: float, n_cand: int, n: int = 40_000) -> tuple[float, float]:
+    """Monte-Carlo P(unanimous) and P(unanimous on gold) in round 1 for one state (gold = 0, distractor = 1)."""
+    rng = rng_for("calibrate-round1", state, k, str(sorted((a, str(b["value"])) for a, b in bb.items())))
+    hits = right = 0
+    for _ in range(n // 2000):
+        m = 2000
+        if state == "uncertain":
+            alpha = np.full(k, float(v(bb["uncertain_dirichlet"])))
+            alpha[0] += float(v(bb["uncertain_gold_boost"]))
+            P = rng.dirichlet(alpha, size=m)
+        else:
+            a, b = v(bb[f"{state}_difficulty_beta"])
+            d = rng.beta(a, b, size=m)
+            P = np.empty((m, k))
+            att = 0 if state == "knowledge" else 1
+            if state == "knowledge":
+                P[:] = (d / (k - 1))[:, None]
+            else:
+                P[:] = (d / 2 / max(k - 2, 1))[:, None]
+                P[:, 0] = d / 2 if k > 2 else d
+            P[:, att] = 1 - d
+        C = np.cumsum(P, axis=1)
+        U = rng.random((m, n_cand))
+        V = (U[:, :, None] > C[:, None, :]).sum(-1)
+        V[rng.random((m, n_cand)) < p_null] = -1
+        un = (V[:, 0] >= 0) & np.all(V == V[:, :1], axis=1)
+        hits += int(un.sum())
+        right += int((un & (V[:, 0] == 0)).sum())
+    return hits / n, right / n
+
+
+def solve_mixture(U: float, e: float, rates: dict[str, tuple[float, float]], where: str) -> dict[str, float]:
+    """Solve pi_K, pi_M, pi_U from P(unanimous) = U and P(wrong | unanimous) = e (exact 3x3 linear system)."""
+    A = np.array([[rates[s][0] for s in STATES], [rates[s][1] for s in STATES], [1.0, 1.0, 1.0]])
+    b = np.array([U, U * (1 - e), 1.0])
+    pi = np.linalg.solve(A, b)
+    if np.any(pi < -1e-9):
+        raise ValueError(f"{where}: first_round_unanimity={U} with unanimous_error={e} is infeasible for the backbone's "
+                         f"state shapes (solved mixture {dict(zip(STATES, pi.round(3)))})")
+    pi = np.clip(pi, 0, None)
+    return dict(zip(STATES, (pi / pi.sum()).tolist()))
+
+
+def _contested_accuracy(state: str, eta: float, k: int, bb: dict[str, Any], mech: dict[str, Any], panel: dict[str, Any],
+                        n: int) -> tuple[float, float]:
+    """P(not unanimous) and P(not unanimous and final correct) for one state (common random numbers per eta)."""
+    N, T, D, pn = (int(v(panel["n_candidates"])), int(v(panel["max_rounds"])), int(v(panel["docs_per_round"])), float(v(panel["parse_failure_rate"])))
+    contested = right = 0
+    for j in range(n):
+        rng = rng_for("calibrate-dyn", state, k, j)
+        d = _difficulty(rng, state, bb)
+        p = round1_probs(rng, state, d, k, 0, 1, bb)
+        v1 = _votes(rng, p, N, pn)
+        if _unanimous(v1):
+            continue
+        contested += 1
+        tr = run_dynamics(rng, state, d, k, 0, 1, v1, mech, eta, N, T, D, pn)
+        right += final_index(tr.votes[-1], k) == 0
+    return contested / n, right / n
+
+
+@functools.lru_cache(maxsize=32)
+def _calibrate_cached(cell: str, params_text: str) -> Calibration:
+    params = yaml.safe_load(params_text)
+    path, dataset, backbone, role = cell_spec(cell)
+    base = v(params["cells"][cell]["like"]) if "like" in params["cells"][cell] else cell
+    cp = params["cells"][base]
+    bb = params["backbones"][backbone]
+    mech, panel = params["mechanism"], params["panel"]
+    k = int(v(params["datasets"][dataset]["n_options"]))
+    N, pn = int(v(panel["n_candidates"])), float(v(panel["parse_failure_rate"]))
+    U, e, acc = float(v(cp["first_round_unanimity"])), float(v(cp["unanimous_error"])), float(v(cp["overall_accuracy"]))
+    rates = {s: _round1_rates(s, k, bb, pn, N) for s in STATES}
+    pi = solve_mixture(U, e, rates, f"cell {base}")
+    # evidence strength eta: bisection so that overall accuracy matches (accuracy is monotone in eta)
+    target_contested_right = acc - U * (1 - e)
+    n_dyn = 240
+
+    def contested_right(eta: float) -> float:
+        return sum(pi[s] * _contested_accuracy(s, eta, k, bb, mech, panel, n_dyn)[1] for s in STATES if pi[s] > 0)
+
+    lo, hi = 0.0, 8.0
+    if contested_right(hi) < target_contested_right or contested_right(lo) > target_contested_right:
+        # out of the mechanism's range: use the nearest end (reported by the measurement test)
+        eta = hi if contested_right(hi) < target_contested_right else lo
+    else:
+        for _ in range(14):
+            mid = (lo + hi) / 2
+            if contested_right(mid) < target_contested_right:
+                lo = mid
+            else:
+                hi = mid
+        eta = (lo + hi) / 2
+    # probe collapse probabilities per arm: flip = f * P(flip | collapse) + (1 - f) * P(flip | hold)
+    flips = _probe_targets(cp, params["cells"]["medqa/qwen3-8b"])
+    collapse = {}
+    for arm in ARMS:
+        p1w, p0w = _flip_given(arm, True, k, mech, N, pn)
+        p1r, p0r = _flip_given(arm, False, k, mech, N, pn)
+        fw = float(np.clip((flips[arm][0] - p0w) / (p1w - p0w), 0, 1))
+        fr = float(np.clip((flips[arm][1] - p0r) / (p1r - p0r), 0, 1))
+        collapse[arm] = (fw, fr)
+    ref = params["cells"]["medqa/qwen3-8b"]
+    qwen_tok = float(v(params["backbones"]["Qwen/Qwen3-8B"]["tokens_median"]))
+    sd = float(v(mech["reanswer_token_sd"]))
+    med = (float(v(ref["probe_tokens_median"])) - float(v(mech["query_tokens_median"]))) / N / math.exp(sd * sd / 2)
+    med *= float(v(bb["tokens_median"])) / qwen_tok
+    return Calibration(pi=pi, eta=eta, collapse=collapse, reanswer_tokens_median=med, round1=rates,
+                       targets={"first_round_unanimity": U, "unanimous_error": e, "overall_accuracy": acc,
+                                "flips": flips})
+
+
+def _probe_targets(cp: dict[str, Any], ref: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Per arm (flip_wrong, flip_right): the cell's own Table 6 rows or the probe rates scaled by Table 6's ratios."""
+    fw, fr = float(v(cp["flip_wrong"])), float(v(cp["flip_right"]))
+    out = {"counter_evidence": (fw, fr)}
+    rw, rr = float(v(ref["flip_wrong"])), float(v(ref["flip_right"]))
+    for arm in _TABLE6_RATIO_KEYS:
+        if arm in cp:
+            a, b = v(cp[arm])
+        else:
+            a0, b0 = v(ref[arm])
+            a, b = fw * a0 / rw, fr * b0 / rr
+        out[arm] = (float(a), float(b))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _flip_given_cached(arm: str, wrong: bool, k: int, keep_beta: tuple[float, float], hold: float, lead: float, N: int, pn: float) -> tuple[float, float]:
+    rng = rng_for("calibrate-probe", arm, int(wrong), k)
+    n = 40_000
+    out = []
+    for collapsed in (True, False):
+        kp = rng.beta(*keep_beta, size=n) if collapsed else np.full(n, hold)
+        ans = _reanswer_matrix(rng, kp, n, N, k, m=0, lead=1, p_lead=lead, pn=pn)
+        out.append(float(np.mean([_flipped_row(r, k, 0) for r in ans])))
+    return out[0], out[1]
+
+
+def _flip_given(arm: str, wrong: bool, k: int, mech: dict[str, Any], N: int, pn: float) -> tuple[float, float]:
+    return _flip_given_cached(arm, wrong, k, tuple(v(mech["probe_collapse_keep_beta"])), float(v(mech["probe_hold_keep"])[arm]),
+                              float(v(mech["probe_switch_to_lead"])), N, pn)
+
+
+def _reanswer_matrix(rng: np.random.Generator, kp: np.ndarray, n: int, N: int, k: int, m: int, lead: int, p_lead: float, pn: float) -> np.ndarray:
+    """Re-answers: keep m with prob kp (per row), else the lead alternative with prob p_lead, else another option."""
+    keep = rng.random((n, N)) < kp[:, None]
+    to_lead = rng.random((n, N)) < p_lead
+    others = [i for i in range(k) if i != m]
+    rnd = np.array(others)[rng.integers(len(others), size=(n, N))]
+    ans = np.where(keep, m, np.where(to_lead, lead, rnd))
+    ans[rng.random((n, N)) < pn] = -1
+    return ans
+
+
+def _flipped_row(ans: np.ndarray, k: int, m: int) -> bool:
+    return final_index(ans, k) != m
+
+
+def calibrate_cell(cell: str, params: dict[str, Any] | None = None) -> Calibration:
+    """Solve the cell's free parameters from its rate inputs (cached per parameter text)."""
+    params = params or load_params()
+    return _calibrate_cached(cell, yaml.safe_dump(params, sort_keys=True))
+
+
+# ------------------------------------------------------------------------------------------
+# One question: log, probe, NLI, self-report (JSON-ready dicts)
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Simulated:
+    log: dict[str, Any]
+    probe: list[dict[str, Any]]
+    nli: list[dict[str, Any]]
+    self_report: dict[str, Any] | None
+    latent: dict[str, Any]
+
+
+def _state_for(rng: np.random.Generator, q: Question, cal: Calibration, params: dict[str, Any], dataset: str) -> str:
+    pi = dict(cal.pi)
+    if q.specialty is not None:
+        names, _, rel = _specialty_table(params)
+        r = float(rel[names.index(q.specialty)])
+        pm = min(pi["misconception"] * r, 0.95)
+        rest = pi["knowledge"] + pi["uncertain"]
+        scale = (1 - pm) / rest if rest > 0 else 0.0
+        pi = {"knowledge": pi["knowledge"] * scale, "misconception": pm, "uncertain": pi["uncertain"] * scale}
+    p = np.array([pi[s] for s in STATES])
+    return STATES[int(_sample_cat(rng, p, 1)[0])]
+
+
+def _candidate(rng: np.random.Generator, q: Question, *, letter: str | None, state: str, knowledge_backed: bool,
+               c_mech: float, prior_rate: float, d: float, t: int, bb: dict[str, Any], mech: dict[str, Any],
+               on_attractor: bool) -> dict[str, Any]:
+    sd = float(v(mech["reanswer_token_sd"]))
+    n_tok = float(v(bb["tokens_median"])) * (1 + float(v(bb["tokens_per_difficulty"])) * d) * (1 + float(v(bb["tokens_per_round"])) * (t - 1))
+    n_tok = max(16, int(round(n_tok * math.exp(sd * rng.standard_normal()))))
+    nll = float(v(bb["nll_per_token"])) * (float(v(bb["nll_uncertain_factor"])) if (state == "uncertain" or not on_attractor) else 1.0)
+    nll *= math.exp(0.15 * rng.standard_normal())
+    ent = nll * 1.25 * math.exp(0.1 * rng.standard_normal())
+    if letter is None:
+        rat = "The findings are conflicting and I cannot commit to a single letter here."
+    else:
+        dx = q.options[letter]
+        if knowledge_backed:
+            m = q.gold_mech if rng.random() < c_mech else q.side_mechs[int(rng.integers(len(q.side_mechs)))]
+        elif state == "misconception" and letter == q.distractor:
+            m = q.reason_pool[0] if rng.random() < prior_rate else q.reason_pool[int(rng.integers(len(q.reason_pool)))]
+        else:
+            m = q.uncertain_pool[int(rng.integers(len(q.uncertain_pool)))]
+        others = [q.options[x] for x in q.options if x != letter]
+        rat = TX.rationale(rng, letter=letter, dx=dx, mech=m, knowledge=knowledge_backed,
+                           n_sentences=int(round(n_tok / 110)), findings=q.findings, distractors=others[:2])
+    return {"answer": letter, "rationale": rat, "logprob": round(-n_tok * nll, 2), "n_tokens": n_tok,
+            "mean_token_entropy": round(ent, 4)}
+
+
+def _modal(answers: list[str | None], keys: list[str]) -> str | None:
+    counts = {k: 0 for k in keys}
+    for a in answers:
+        if a is not None:
+            counts[a] += 1
+    best = max(counts.values())
+    if best == 0:
+        return None
+    return min(k for k, c in counts.items() if c == best)
+
+
+def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head: dict[str, Any], mech: dict[str, Any]) -> dict[str, Any] | None:
+    """The NLI stand-in for one round (DESIGN 2.4): entailment high when two claims cite a common mechanism."""
+    from probeguard_core.claims import extract_claims
+
+    answers = [c["answer"] for c in rnd["candidates"]]
+    m = _modal(answers, q.keys)
+    if m is None:
+        return None
+    idx = [i for i, a in enumerate(answers) if a == m]
+    claims = [" ".join(extract_claims(rnd["candidates"][i]["rationale"])) for i in idx]
+    reg = q.registry
+    found = [TX.mechanisms_in(c, reg) for c in claims]
+    hs, ds = v(mech["nli_shared_beta"]), v(mech["nli_distinct_beta"])
+    n = len(idx)
+    E = [[1.0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                shared = bool(found[i] & found[j])
+                E[i][j] = round(float(rng.beta(*(hs if shared else ds))), 4)
+    return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E}
+
+
+def simulate_question(q: Question, cell: str, params: dict[str, Any], cal: Calibration, *,
+                      rng: np.random.Generator, with_self_report: bool, dataset: str, backbone: str,
+                      arms: tuple[str, ...] = ARMS, condition_unanimous: bool = False) -> Simulated:
+    """Simulate one question of ``cell``: execution log, probe arms (unanimous round 1), NLI cache, self-report."""
+    bb, mech, panel = params["backbones"][backbone], params["mechanism"], params["panel"]
+    N, T, D, pn = (int(v(panel["n_candidates"])), int(v(panel["max_rounds"])), int(v(panel["docs_per_round"])), float(v(panel["parse_failure_rate"])))
+    keys = q.keys
+    k, g, w = len(keys), keys.index(q.gold), keys.index(q.distractor)
+    for _attempt in range(10_000):
+        state = _state_for(rng, q, cal, params, dataset)
+        d = _difficulty(rng, state, bb)
+        v1 = _votes(rng, round1_probs(rng, state, d, k, g, w, bb), N, pn)
+        if not condition_unanimous or _unanimous(v1):
+            break
+    else:  # pragma: no cover - unanimity has probability > 0.1 in every cell
+        raise RuntimeError(f"{cell}: could not draw a unanimous first round for {q.qid}")
+    tr = run_dynamics(rng, state, d, k, g, w, v1, mech, cal.eta, N, T, D, pn)
+    a_, b_ = v(mech["knowledge_mechanism_rate"])
+    c_mech = float(rng.beta(a_, b_))
+    a_, b_ = v(mech["misconception_prior_rate"])
+    prior_rate = float(rng.beta(a_, b_))
+    attractor = g if state == "knowledge" else (w if state == "misconception" else -2)
+    # document pool ids (simulated corpus id space)
+    pool_ids = [TX.doc_id(rng) for _ in range(tr.pool_size)]
+    rounds = []
+    found_so_far = False
+    for t, votes in enumerate(tr.votes, start=1):
+        cands = []
+        for x in votes:
+            letter = None if x < 0 else keys[int(x)]
+            kb = letter == q.gold and (state == "knowledge" or found_so_far)
+            cands.append(_candidate(rng, q, letter=letter, state=state, knowledge_backed=kb, c_mech=c_mech,
+                                    prior_rate=prior_rate, d=d, t=t, bb=bb, mech=mech, on_attractor=int(x) == attractor))
+        ret = tr.retrieval[t - 1]
+        retrieval = None
+        if ret is not None:
+            docs, nq = ret
+            retrieval = {"queries": TX.queries(rng, q.findings, list(q.options.values()), nq),
+                         "doc_ids": [pool_ids[i] for i in docs]}
+        found_so_far = found_so_far or tr.found_by_round[t - 1]
+        rounds.append({"round": t, "candidates": cands, "retrieval": retrieval})
+    R = float(v(bb["decode_tokens_per_s"]))
+    wall = sum(max(c["n_tokens"] for c in r["candidates"]) / R + (float(v(mech["round_overhead_s"])) if r["retrieval"] else 0.0) for r in rounds)
+    toks = sum(c["n_tokens"] for r in rounds for c in r["candidates"])
+    head = {"schema_version": 1, "qid": q.qid, "dataset": dataset, "backbone": backbone}
+    log = {**head, "question": q.question, "options": q.options, "gold": q.gold, "specialty": q.specialty,
+           "n_candidates": N, "max_rounds": T, "rounds": rounds, "cost": {"wall_s": round(wall, 1), "completion_tokens": int(toks)}}
+    # NLI cache: round 1 and the last round
+    nli = []
+    for rnd in {id(rounds[0]): rounds[0], id(rounds[-1]): rounds[-1]}.values():
+        rec = nli_record(rng, q, rnd, head, mech)
+        if rec is not None:
+            nli.append(rec)
+    probe = []
+    fin = final_index(tr.votes[-1], k)
+    if _unanimous(v1):
+        probe = _probe(rng, q, int(v1[0]), state, cal, params, bb, head, arms, pool_ids)
+    sr = None
+    if with_self_report:
+        vm, vs = float(v(mech["verbalized_mean"])), float(v(mech["verbalized_sd"]))
+        vc = vm + float(v(mech["verbalized_state_shift"])[state]) + vs * rng.standard_normal()
+        vc = float(min(100, max(0, 5 * round(vc / 5))))
+        lt = float(v(mech["p_true_logit"])[state]) + float(v(mech["p_true_sd"])) * rng.standard_normal()
+        sr = {**head, "verbalized_confidence": vc, "p_true": round(1 / (1 + math.exp(-lt)), 4)}
+    latent = {"state": state, "difficulty": d, "unanimous": _unanimous(v1), "correct": fin == g,
+              "found_any": any(tr.found_by_round)}
+    return Simulated(log, probe, nli, sr, latent)
+
+
+def _probe(rng: np.random.Generator, q: Question, m: int, state: str, cal: Calibration, params: dict[str, Any],
+           bb: dict[str, Any], head: dict[str, Any], arms: tuple[str, ...], pool_ids: list[str]) -> list[dict[str, Any]]:
+    """Algorithm 1 and its control arms (App. G) for a unanimous first round on option index ``m``."""
+    mech, panel = params["mechanism"], params["panel"]
+    N, pn = int(v(panel["n_candidates"])), float(v(panel["parse_failure_rate"]))
+    keys = q.keys
+    k, g, w = len(keys), keys.index(q.gold), keys.index(q.distractor)
+    wrong = m != g
+    lead = g if wrong else (w if w != m else (m + 1) % k)
+    u_content = rng.random()  # shared by the two arms that carry this question's counter-evidence (nested collapses)
+    nq = int(rng.integers(1, int(v(panel["max_counter_queries"])) + 1))
+    counter_docs = [TX.doc_id(rng) for _ in range(min(8, 2 * nq))]
+    counter_q = TX.queries(rng, q.findings, list(q.options.values()), nq, counter=q.options[keys[m]])
+    sd = float(v(mech["reanswer_token_sd"]))
+    challenge = q.gold_mech if wrong else q.uncertain_pool[0]
+    out = []
+    for arm in ARMS:
+        u = u_content if arm in ("counter_evidence", "neutral_instruction") else rng.random()
+        fw, fr = cal.collapse[arm]
+        collapsed = u < (fw if wrong else fr)
+        kp = float(rng.beta(*v(mech["probe_collapse_keep_beta"]))) if collapsed else float(v(mech["probe_hold_keep"])[arm])
+        ans = _reanswer_matrix(rng, np.array([kp]), 1, N, k, m=m, lead=lead, p_lead=float(v(mech["probe_switch_to_lead"])), pn=pn)[0]
+        if arm not in arms:
+            continue
+        reans = []
+        for x in ans:
+            n_tok = max(16, int(round(cal.reanswer_tokens_median * math.exp(sd * rng.standard_normal()))))
+            nll = float(v(bb["nll_per_token"])) * (1.0 if x == m else float(v(bb["nll_uncertain_factor"]))) * math.exp(0.15 * rng.standard_normal())
+            if x < 0:
+                rat = "The challenge leaves me unable to settle on one letter."
+                letter = None
+            else:
+                letter = keys[int(x)]
+                kb = (x == g) and (state == "knowledge" or wrong)
+                mm = q.gold_mech if kb else (q.reason_pool[0] if state == "misconception" else q.uncertain_pool[-1])
+                rat = TX.probe_rationale(rng, letter=letter, kept=x == m, mech=mm, challenge=challenge)
+            reans.append({"answer": letter, "rationale": rat, "logprob": round(-n_tok * nll, 2), "n_tokens": n_tok,
+                          "mean_token_entropy": round(nll * 1.25 * math.exp(0.1 * rng.standard_normal()), 4)})
+        if arm == "instruction_only":
+            qs, docs = [], []
+        elif arm == "irrelevant_docs":
+            qs = counter_q
+            docs = [TX.doc_id(rng) for _ in range(len(counter_docs))]
+        else:
+            qs, docs = counter_q, counter_docs
+        R = float(v(bb["decode_tokens_per_s"]))
+        qt = int(round(float(v(mech["query_tokens_median"])) * math.exp(0.2 * rng.standard_normal())))
+        wall = float(v(mech["probe_overhead_s"])) * (0.4 if arm == "instruction_only" else 1.0) + max(r["n_tokens"] for r in reans) / R
+        cost = {"wall_s": round(wall, 1), "completion_tokens": int(qt + sum(r["n_tokens"] for r in reans))}
+        out.append({**head, "arm": arm, "consensus": keys[m], "queries": qs, "doc_ids": docs, "reanswers": reans, "cost": cost})
+    return out

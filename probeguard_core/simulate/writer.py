@@ -1,0 +1,137 @@
+"""Write the simulated release (DESIGN 2.7): cells, manifest, datasheet.
+
+``simulate_release(out)`` writes ``out/<dataset>/<backbone-slug>/{logs,probe,nli,self_report}.jsonl.gz``
+for every cell of :data:`model.CELLS`, validates each file with the foundation's readers,
+renders ``DATASHEET.md`` and writes ``manifest.json`` (sha256 of every file) with
+:func:`probeguard_core.release.write_manifest`.  Everything is a function of the parameter
+file and the seed, so the same command reproduces the release bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from probeguard_core import SEED
+from probeguard_core import logs as L
+from probeguard_core.release import write_manifest
+from probeguard_core.simulate import model as M
+
+RELEASE_NAME = "simulated-v1"
+COMMAND = "probeguard simulate --out data/simulated-v1"
+
+
+@dataclass
+class CellData:
+    """One simulated cell: JSON-ready records plus the latent truth (never written)."""
+
+    cell: str
+    dataset: str
+    backbone: str
+    role: str
+    logs: list[dict[str, Any]]
+    probe: list[dict[str, Any]]
+    nli: list[dict[str, Any]]
+    self_report: list[dict[str, Any]] | None
+    latent: list[dict[str, Any]]
+
+
+def cell_size(cell: str, params: dict[str, Any], scale: float = 1.0) -> int:
+    if not (0 < scale <= 1.0):
+        raise ValueError(f"scale must be in (0, 1], got {scale!r}")
+    n = int(M.v(params["cells"][cell]["n_questions"]))
+    return max(1, int(round(n * scale)))
+
+
+def simulate_cell(cell: str, *, scale: float = 1.0, n: int | None = None, params: dict[str, Any] | None = None,
+                  progress: bool = True) -> CellData:
+    """Simulate one cell (``"medqa/qwen3-8b"``, ...): the first ``n`` (or ``scale`` x size) questions of its bank.
+
+    Question ``i`` depends only on the seed, the cell and ``i``, so a scaled cell is a prefix of the full one.
+    """
+    params = params or M.load_params()
+    path, dataset, backbone, role = M.cell_spec(cell)
+    n = cell_size(cell, params, scale) if n is None else int(n)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    cal = M.calibrate_cell(cell, params)
+    cp = params["cells"][cell]
+    augment = role == "augment"
+    with_sr = bool(M.v(cp.get("self_report", {"value": False, "source": "-"})))
+    labelled: frozenset[int] = frozenset()
+    if dataset == "medqa" and not augment:
+        labelled = M.labelled_indices(dataset, int(M.v(cp["n_questions"])), int(M.v(params["specialties"]["n_labelled"])))
+    logs, probe, nli, srs, latent = [], [], [], [], []
+    for i in tqdm(range(n), desc=f"simulate {cell}", disable=not progress, leave=False):
+        q = M.make_question(dataset, i, params, labelled=i in labelled, pool="-augment" if augment else "")
+        sim = M.simulate_question(q, cell, params, cal, rng=M.rng_for("simulate", cell, i), with_self_report=with_sr,
+                                  dataset=dataset, backbone=backbone, condition_unanimous=augment)
+        logs.append(sim.log)
+        probe.extend(sim.probe)
+        nli.extend(sim.nli)
+        if sim.self_report is not None:
+            srs.append(sim.self_report)
+        latent.append({"qid": q.qid, **sim.latent})
+    return CellData(cell, dataset, backbone, role, logs, probe, nli, srs if with_sr else None, latent)
+
+
+def write_cell(out: str | Path, data: CellData) -> dict[str, Path]:
+    """Write one cell's artifacts (gzip JSONL) and read every file back with the strict readers."""
+    folder = Path(out) / data.cell
+    paths = {"logs": L.write_jsonl(folder / "logs.jsonl.gz", data.logs)}
+    if data.probe:
+        paths["probe"] = L.write_jsonl(folder / "probe.jsonl.gz", data.probe)
+    if data.nli:
+        paths["nli"] = L.write_jsonl(folder / "nli.jsonl.gz", data.nli)
+    if data.self_report is not None:
+        paths["self_report"] = L.write_jsonl(folder / "self_report.jsonl.gz", data.self_report)
+    logs = L.read_logs(paths["logs"])
+    if "probe" in paths:
+        L.read_probe(paths["probe"], logs=logs)
+    if "nli" in paths:
+        L.read_nli(paths["nli"], logs=logs)
+    if "self_report" in paths:
+        L.read_self_report(paths["self_report"])
+    return paths
+
+
+def simulate_release(out: str | Path, cells: list[str] | None = None, seed: int = SEED, scale: float = 1.0,
+                     *, progress: bool = True, resume: bool = False) -> Path:
+    """Generate the release into ``out``; returns the manifest path.
+
+    ``cells`` restricts to some of :data:`model.CELLS` (paths such as ``"medqa/huatuogpt-o1-8b"``);
+    ``resume`` keeps cells whose logs file already exists (an interrupted run continues).
+    """
+    if seed != SEED:
+        raise ValueError(f"seed must be probeguard_core.SEED ({SEED}); the simulator derives every stream from it, got {seed}")
+    params = M.load_params()
+    chosen = [c[0] for c in M.CELLS] if cells is None else list(cells)
+    for c in chosen:
+        M.cell_spec(c)
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    summaries = []
+    for cell in tqdm(chosen, desc="cells", disable=not progress):
+        if resume and (root / cell / "logs.jsonl.gz").exists():
+            summaries.append(None)
+            continue
+        data = simulate_cell(cell, scale=scale, params=params, progress=progress)
+        write_cell(root, data)
+        summaries.append(data)
+    from probeguard_core.simulate.datasheet import render_datasheet
+
+    (root / "DATASHEET.md").write_text(render_datasheet(root, chosen, params, scale), encoding="utf-8")
+    spec = []
+    for cell in chosen:
+        _, dataset, backbone, role = M.cell_spec(cell)
+        spec.append({"dataset": dataset, "backbone": backbone, "path": cell, "role": role})
+    command = COMMAND if (cells is None and scale == 1.0) else (
+        "probeguard simulate --out OUT" + "".join(f" --cells {c}" for c in (cells or []))
+        + (f" --scale {scale}" if scale != 1.0 else ""))
+    name = RELEASE_NAME if (cells is None and scale == 1.0) else f"{RELEASE_NAME}-partial"
+    return write_manifest(root, name=name, provenance="simulated", seed=SEED, cells=spec,
+                          extra={"generator": "probeguard_core.simulate", "generator_version": params["generator_version"],
+                                 "command": command, "scale": scale})
