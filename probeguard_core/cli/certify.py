@@ -1,0 +1,141 @@
+"""``probeguard certify`` and ``probeguard apply``: certify a deployer's own logs (§5.3).
+
+``certify`` runs the stratified Learn-then-Test (§3.3, Algorithm 2) on all the calibration logs
+given and writes ``DIR/certificate.json`` and a self-contained ``DIR/report.html``;
+``apply`` decides answer / abstain for every question of new logs with a certificate.
+Both write through a temporary file and a rename: on any error nothing partial is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from probeguard_core import deploy
+from probeguard_core.cli import UsageError
+
+
+def _levels(args: argparse.Namespace) -> None:
+    """alpha and delta must lie in (0, 1): checked before any file is read (one-line error)."""
+    for name in ("alpha", "delta"):
+        text = getattr(args, name)
+        try:
+            v = float(text)
+        except ValueError:
+            raise UsageError(f"--{name} must be a number in (0, 1), got {text!r}") from None
+        if not (0.0 < v < 1.0):
+            raise UsageError(f"--{name} must be in (0, 1) (exclusive), got {text!r}")
+        setattr(args, name, v)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The canonical command that produced the certificate (deterministic: no timestamps)."""
+    parts = ["probeguard", "certify"]
+    for p in args.logs:
+        parts += ["--logs", p]
+    for p in args.probe or []:
+        parts += ["--probe", p]
+    for p in args.nli or []:
+        parts += ["--nli", p]
+    parts += ["--alpha", repr(args.alpha), "--delta", repr(args.delta)]
+    if args.stratify_by:
+        parts += ["--stratify-by", args.stratify_by]
+    if args.allow_mixed_datasets:
+        parts.append("--allow-mixed-datasets")
+    if args.allow_empty_strata:
+        parts.append("--allow-empty-strata")
+    parts += ["--out", args.out]
+    return shlex.join(parts)
+
+
+def _certify(args: argparse.Namespace) -> int:
+    from probeguard_core.report import render_report
+
+    _levels(args)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a folder")
+    try:
+        inputs = deploy.load_inputs(args.logs, args.probe, args.nli)
+        cert = deploy.certify_logs(
+            inputs,
+            alpha=args.alpha,
+            delta=args.delta,
+            stratify_by=args.stratify_by,
+            allow_mixed_datasets=args.allow_mixed_datasets,
+            allow_empty_strata=args.allow_empty_strata,
+            created_by=_command_line(args),
+        )
+        html = render_report(cert, deploy.calibration_table(cert, inputs))
+        deploy.write_files_atomically({
+            out / "certificate.json": deploy.certificate_bytes(cert),
+            out / "report.html": html.encode("utf-8"),
+        })
+    except deploy.DeployError as exc:
+        raise UsageError(str(exc)) from None
+    for note in cert["notes"]:
+        print(f"probeguard certify: note: {note}", file=sys.stderr)
+    print(f"certified {cert['n']} questions at alpha={cert['alpha']:g}, delta={cert['delta']:g}: "
+          f"answers {cert['n_answered']} ({cert['coverage']:.3f}), "
+          f"{cert['n_certified_strata']} certified strata")
+    for st in cert["strata"]:
+        thr = "-" if st["threshold"] is None else f"{st['threshold']:.6g}"
+        cov = "-" if st["coverage"] is None else f"{st['coverage']:.3f}"
+        print(f"  {st['name']:<28} n={st['n']:<6} {st['status']:<14} threshold={thr:<12} coverage={cov}")
+    print(f"wrote {out / 'certificate.json'} and {out / 'report.html'}")
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if not out.name.endswith((".csv", ".jsonl")):
+        raise UsageError(f"--out {out} must end in .csv or .jsonl")
+    try:
+        cert = deploy.load_certificate(args.certificate)
+        inputs = deploy.load_inputs(args.logs, args.probe, args.nli)
+        table = deploy.apply_certificate(cert, inputs)
+        deploy.write_decisions(table, out)
+    except deploy.DeployError as exc:
+        raise UsageError(str(exc)) from None
+    n = len(table)
+    k = int((table["decision"] == "answer").sum())
+    missing = int(table["reason"].str.startswith("no score").sum())
+    if missing:
+        print(f"probeguard apply: note: {missing} question(s) have no score (probe or NLI record missing) "
+              "and are referred", file=sys.stderr)
+    print(f"{n} questions: answer {k} ({k / n:.3f}), refer {n - k}; wrote {out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``certify`` and ``apply`` sub-commands."""
+    p = sub.add_parser(
+        "certify",
+        help="certify abstention thresholds on your own logs (stratified Learn-then-Test, §3.3)",
+        description=__doc__.splitlines()[0],
+    )
+    p.add_argument("--logs", action="append", required=True, metavar="L",
+                   help="execution logs .jsonl[.gz] (repeat for several files; qids unique across files)")
+    p.add_argument("--probe", action="append", metavar="P", help="probe records .jsonl[.gz] (repeatable)")
+    p.add_argument("--nli", action="append", metavar="N", help="NLI cache .jsonl[.gz] (repeatable)")
+    p.add_argument("--alpha", required=True, help="target selective risk, in (0, 1)")
+    p.add_argument("--delta", default="0.05", help="error budget, in (0, 1) (default 0.05)")
+    p.add_argument("--stratify-by", choices=["specialty"], default=None,
+                   help="certify within (stratum x specialty) cells (Appendix I); null specialty = 'unspecified'")
+    p.add_argument("--allow-mixed-datasets", action="store_true",
+                   help="allow logs of several datasets in one calibration (§4.4: pooling breaks the certificate)")
+    p.add_argument("--allow-empty-strata", action="store_true",
+                   help="let S1 or S2 abstain as a whole when it has no calibration question (default: refuse)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for certificate.json and report.html")
+    p.set_defaults(handler=_certify)
+
+    a = sub.add_parser("apply", help="decide answer / abstain per question with a certificate",
+                       description="Apply a ProbeGuard certificate to new logs: one decision per question.")
+    a.add_argument("--certificate", required=True, metavar="C", help="certificate.json written by `probeguard certify`")
+    a.add_argument("--logs", action="append", required=True, metavar="L", help="execution logs (repeatable)")
+    a.add_argument("--probe", action="append", metavar="P", help="probe records (repeatable)")
+    a.add_argument("--nli", action="append", metavar="N", help="NLI cache (repeatable)")
+    a.add_argument("--out", required=True, metavar="FILE", help="decisions.csv or decisions.jsonl")
+    a.set_defaults(handler=_apply)
