@@ -561,12 +561,16 @@ def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head:
     found = [TX.mechanisms_in(c, reg) for c in claims]
     hs, ds = v(mech["nli_shared_beta"]), v(mech["nli_distinct_beta"])
     n = len(idx)
+    # DeBERTa's entailment scale drifts with the phrasing and length the claims of one question
+    # share, so its errors are correlated within a question: one logit shift per (question, round).
+    shift = float(rng.normal(0.0, float(v(mech["nli_question_logit_sd"]))))
     E = [[1.0] * n for _ in range(n)]
     for i in range(n):
         for j in range(n):
             if i != j:
                 shared = bool(found[i] & found[j])
-                E[i][j] = round(float(rng.beta(*(hs if shared else ds))), 4)
+                p = float(np.clip(rng.beta(*(hs if shared else ds)), 1e-6, 1 - 1e-6))
+                E[i][j] = round(1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) + shift))), 4)
     return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E}
 
 

@@ -1,0 +1,197 @@
+"""``probeguard substrate | probe | nli | self-report | index``: the GPU pipeline stages.
+
+Every stage appends to a plain ``.jsonl`` output and resumes where a killed run stopped
+(see :mod:`probeguard_core.pipeline.runio`).  Models are Hugging Face names (resolved in the
+local cache; set ``HF_HUB_OFFLINE=1`` on machines without network) or local folders.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from probeguard_core import SEED
+
+
+def _engine(args: argparse.Namespace):
+    from probeguard_core.pipeline.engines import make_engine
+
+    kw: dict = {"top_k": args.top_k, "top_p": args.top_p, "trust_remote_code": args.trust_remote_code}
+    if args.engine == "vllm":
+        kw.update(tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization)
+        if args.max_model_len:
+            kw["max_model_len"] = args.max_model_len
+    else:
+        kw["device"] = args.device
+    return make_engine(args.engine, args.model, **kw)
+
+
+def _retriever(args: argparse.Namespace):
+    from probeguard_core.pipeline.retrieval import BM25Index, CrossEncoderReranker, Retriever
+
+    index = BM25Index.load(args.index)
+    reranker = None if args.reranker == "none" else CrossEncoderReranker(
+        args.reranker, device=args.device, trust_remote_code=args.trust_remote_code)
+    return Retriever(index, reranker)
+
+
+def _select(items: list, limit: int | None) -> list:
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {limit}")
+    return items if limit is None else items[:limit]
+
+
+def _substrate(args: argparse.Namespace) -> int:
+    from probeguard_core.pipeline.substrate import SubstrateConfig, run_substrate
+    from probeguard_core.questions import load_questions
+
+    questions = _select(load_questions(args.questions, dataset=args.dataset_key or args.dataset), args.limit)
+    cfg = SubstrateConfig(dataset=args.dataset, backbone=args.backbone or args.model, n_candidates=args.n,
+                          max_rounds=args.rounds, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                          query_max_new_tokens=args.query_max_new_tokens, seed=args.seed)
+    retriever = _retriever(args) if args.rounds > 1 else None
+    batch = args.batch_size or (64 if args.engine == "vllm" else 1)
+    out = run_substrate(questions, _engine(args), retriever, args.out, cfg, batch_size=batch,
+                        reproducible=args.reproducible, progress=not args.no_progress)
+    print(f"substrate: wrote {out}")
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from probeguard_core.logs import read_logs
+    from probeguard_core.pipeline.probe_run import ProbeConfig, run_probe
+
+    logs = _select(read_logs(args.logs), args.limit)
+    cfg = ProbeConfig(n_candidates=args.n, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                      query_max_new_tokens=args.query_max_new_tokens, seed=args.seed, arms=tuple(args.arms))
+    out = run_probe(logs, _engine(args), _retriever(args), args.out, cfg, reproducible=args.reproducible,
+                    progress=not args.no_progress)
+    print(f"probe: wrote {out}")
+    return 0
+
+
+def _nli(args: argparse.Namespace) -> int:
+    from probeguard_core.logs import read_logs
+    from probeguard_core.pipeline.nli_run import NLIScorer, run_nli
+
+    logs = _select(read_logs(args.logs), args.limit)
+    scorer = NLIScorer(args.nli_model, device=args.device, batch_size=args.batch_size,
+                       trust_remote_code=args.trust_remote_code)
+    out = run_nli(logs, scorer, args.out, rounds=args.nli_rounds, progress=not args.no_progress)
+    print(f"nli: wrote {out}")
+    return 0
+
+
+def _self_report(args: argparse.Namespace) -> int:
+    from probeguard_core.logs import read_logs
+    from probeguard_core.pipeline.self_report import run_self_report
+
+    logs = _select(read_logs(args.logs), args.limit)
+    out = run_self_report(logs, _engine(args), args.out, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                          progress=not args.no_progress)
+    print(f"self-report: wrote {out}")
+    return 0
+
+
+def _index_build(args: argparse.Namespace) -> int:
+    from probeguard_core.pipeline.retrieval import build_index
+
+    index = build_index(args.corpus, args.out)
+    print(f"index: {len(index.docs)} documents -> {Path(args.out)}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser, *, llm: bool) -> None:
+    p.add_argument("--out", required=True, help="output .jsonl (appended; a killed run resumes)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    p.add_argument("--device", default=None, help="torch device for transformers models (default: cuda if available)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the hub (off by default)")
+    p.add_argument("--no-progress", action="store_true")
+    if llm:
+        p.add_argument("--model", required=True, help="LLM name in the local HF cache, or a folder")
+        p.add_argument("--engine", choices=["vllm", "transformers"], default="vllm")
+        p.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM: GPUs per model")
+        p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM")
+        p.add_argument("--max-model-len", type=int, default=None, help="vLLM context limit")
+        p.add_argument("--top-k", type=int, default=0, help="0 = off (pure temperature sampling)")
+        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--seed", type=int, default=SEED)
+        p.add_argument("--reproducible", action="store_true",
+                       help="inline cost = null, cost in <out>.cost.jsonl: outputs byte-identical across runs")
+
+
+def _retrieval_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--index", required=required, help="folder from `probeguard index build`")
+    p.add_argument("--reranker", default="ncbi/MedCPT-Cross-Encoder", help="cross-encoder name or folder, or 'none'")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("substrate", help="run the multi-round consensus substrate -> logs.jsonl (DESIGN 2.1)")
+    p.add_argument("--questions", required=True, help="MIRAGE benchmark.json or an MA-RAG dataset file")
+    p.add_argument("--dataset", required=True, help="dataset name written into the logs, e.g. medqa")
+    p.add_argument("--dataset-key", default=None, help="dataset key inside the questions file if it differs from --dataset (MIRAGE benchmark.json)")
+    p.add_argument("--backbone", default=None, help="backbone name for the logs (default: --model)")
+    p.add_argument("--n", type=int, default=8, help="candidates per round (N)")
+    p.add_argument("--rounds", type=int, default=8, help="maximum rounds (T)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--query-max-new-tokens", type=int, default=8192, help="query generation (thinking on)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="questions run in lock-step and written together (default: 64 with vLLM, 1 with transformers)")
+    _common(p, llm=True)
+    _retrieval_args(p, required=False)
+    p.set_defaults(handler=_usage_errors(_substrate_checked))
+
+    p = sub.add_parser("probe", help="counter-evidence probe and control arms -> probe.jsonl (DESIGN 2.2)")
+    p.add_argument("--logs", required=True)
+    p.add_argument("--arms", nargs="+", default=["counter_evidence", "instruction_only", "irrelevant_docs",
+                                                 "neutral_instruction"])
+    p.add_argument("--n", type=int, default=None, help="re-answers per arm (default and required: the logs' N)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--max-new-tokens", type=int, default=2048)
+    p.add_argument("--query-max-new-tokens", type=int, default=8192)
+    _common(p, llm=True)
+    _retrieval_args(p, required=True)
+    p.set_defaults(handler=_usage_errors(_probe))
+
+    p = sub.add_parser("nli", help="entailment among concluding claims -> nli.jsonl (DESIGN 2.4)")
+    p.add_argument("--logs", required=True)
+    p.add_argument("--nli-model", default="microsoft/deberta-large-mnli")
+    p.add_argument("--nli-rounds", choices=["first-last", "all"], default="first-last")
+    p.add_argument("--batch-size", type=int, default=32)
+    _common(p, llm=False)
+    p.set_defaults(handler=_usage_errors(_nli))
+
+    p = sub.add_parser("self-report", help="verbalized confidence and P(True) -> self_report.jsonl (DESIGN 2.3)")
+    p.add_argument("--logs", required=True)
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    _common(p, llm=True)
+    p.set_defaults(handler=_usage_errors(_self_report))
+
+    p = sub.add_parser("index", help="BM25 index of a MedCorp-shaped corpus")
+    isub = p.add_subparsers(dest="index_command", required=True, metavar="ACTION")
+    b = isub.add_parser("build", help="build and save an index")
+    b.add_argument("--corpus", required=True, help="JSONL snippets {id, title, content}")
+    b.add_argument("--out", required=True, help="index folder")
+    b.set_defaults(handler=_usage_errors(_index_build))
+
+
+def _substrate_checked(args: argparse.Namespace) -> int:
+    if args.rounds > 1 and not args.index:
+        raise ValueError("--index is required when --rounds > 1 (retrieval happens between rounds)")
+    return _substrate(args)
+
+
+def _usage_errors(handler):
+    """Bad parameter values (ValueError) become one-line UsageErrors in the dispatcher."""
+    def run(args: argparse.Namespace) -> int:
+        from probeguard_core.cli import UsageError
+        from probeguard_core.logs import LogFormatError
+
+        try:
+            return handler(args)
+        except LogFormatError:
+            raise
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+    return run

@@ -1,0 +1,112 @@
+"""Append-only, resumable output for the pipeline stages (issue: running it).
+
+Each stage appends one JSON line per finished unit (question, (question, arm), (question,
+round)), flushed and fsynced, so a run killed at any moment - even by SIGKILL - loses at most
+the unit in flight.  On restart:
+
+* a partial last line (no trailing newline: an interrupted write) is truncated, and said so;
+* every complete line is validated with the DESIGN 2 reader; a malformed complete line is an
+  error (:class:`LogFormatError`), never repaired;
+* finished units are skipped.  Seeds are derived from ``(seed, qid, ...)`` (:func:`derive_seed`),
+  so the order and the chunking of the work do not change results: with the transformers
+  engine a resumed run ends byte-identical to an uninterrupted one.
+
+The run's settings are stored beside the output (``<out>.run.json``); resuming with different
+settings is refused rather than mixing two configurations in one file.
+
+Wall-clock seconds are not reproducible.  With ``reproducible=True`` the inline ``cost`` is
+``null`` and the cost goes to a sidecar ``<out>.cost.jsonl`` (one line per unit; on a resumed
+run a unit can appear twice - readers take the last line per key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable, Hashable, Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["AppendOnlyJsonl", "append_cost", "check_run_config", "derive_seed", "dump_line", "sidecar"]
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A 31-bit seed from the run seed and the unit's identity (e.g. ``qid``, stage, round)."""
+    text = "|".join([str(seed), *map(str, parts)])
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def dump_line(rec: BaseModel | dict[str, Any]) -> str:
+    """The exact line format of :func:`probeguard_core.logs.write_jsonl`."""
+    obj = rec.model_dump(mode="json") if isinstance(rec, BaseModel) else rec
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
+
+
+def sidecar(path: str | os.PathLike[str], suffix: str) -> Path:
+    p = Path(path)
+    return p.with_name(p.name.removesuffix(".jsonl") + suffix)
+
+
+def check_run_config(out: str | os.PathLike[str], config: dict[str, Any]) -> None:
+    """Write ``<out>.run.json``, or check that an existing one holds the same settings."""
+    path = sidecar(out, ".run.json")
+    text = json.dumps(config, indent=1, sort_keys=True) + "\n"
+    if Path(out).exists() and path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old != json.loads(text):
+            diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            raise ValueError(f"{out}: existing output was produced with different settings {diff}; "
+                             f"use another output path or delete it (see {path})")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+class AppendOnlyJsonl:
+    """Resumable JSONL writer; ``done`` holds the keys of the records already in the file."""
+
+    def __init__(self, path: str | os.PathLike[str], reader: Callable[[Path], list[Any]],
+                 key: Callable[[Any], Hashable]):
+        self.path = Path(path)
+        if self.path.name.endswith(".gz"):
+            raise ValueError(f"{self.path}: write plain .jsonl while running; compress the finished file")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: set[Hashable] = set()
+        if self.path.exists():
+            self._truncate_partial_line()
+            if self.path.stat().st_size > 0:
+                self.done = {key(r) for r in reader(self.path)}
+
+    def _truncate_partial_line(self) -> None:
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            with open(self.path, "r+b") as fh:
+                fh.truncate(keep)
+            print(f"{self.path}: removed an unfinished last line ({len(data) - keep} bytes) left by an "
+                  "interrupted run", file=sys.stderr)
+
+    def append(self, records: Iterable[BaseModel | dict[str, Any]], keys: Iterable[Hashable] = ()) -> None:
+        """Append records as ONE write, flushed and fsynced."""
+        text = "".join(dump_line(r) for r in records)
+        if not text:
+            return
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.done.update(keys)
+
+
+def append_cost(out: str | os.PathLike[str], key: dict[str, Any], wall_s: float, completion_tokens: int) -> None:
+    """One line of the reproducible-mode cost sidecar ``<out>.cost.jsonl``."""
+    path = sidecar(out, ".cost.jsonl")
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({**key, "wall_s": wall_s, "completion_tokens": completion_tokens}) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+

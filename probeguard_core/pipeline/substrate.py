@@ -1,0 +1,218 @@
+"""The multi-round consensus substrate (paper §3, Appendix A; MA-RAG's entropy-guided variant).
+
+Per question, round t = 1..T:
+
+1. N candidates answer (temperature 0.7, top-20 log-probs) with a rationale and an
+   ``<answer>X</answer>`` tag; round 1 sees the question, later rounds also see the documents
+   retrieved after the previous round and the previous round's answers, ordered by mean token
+   entropy (highest first, so the most confident answer is read last) with the substrate's
+   caveat that the ordering may be wrong and its instruction to answer towards lower entropy.
+2. Stop when all N answers are the same option (unanimity; null answers never count), or t = T.
+3. Otherwise one conflict-guided query call (temperature 0, thinking on) lists the dispute
+   points as ``[Query k]`` lines: 1-4 queries, order kept, duplicates removed.
+4. Retrieval (BM25 + rerank, <= 8 documents) gives D_t, logged as the round's ``retrieval``;
+   no parseable query means no retrieval (``retrieval = null``, documents shown as ``null``).
+
+Questions are processed in chunks of ``batch_size`` in lock-step (one engine call per round
+for the whole chunk: vLLM batches across questions) and written in input order when the
+chunk ends.  Seeds are derived from ``(seed, qid, purpose, round)``, so chunking and resuming
+do not change any question's result.  Output: DESIGN 2.1 records (``read_logs``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from probeguard_core import SEED
+from probeguard_core.logs import Candidate, Cost, QuestionLog, Retrieval, Round, read_logs
+
+from .engines import Engine, Generation
+from .parsing import format_options, parse_answer, parse_queries
+from .retrieval import Retriever, format_documents
+from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
+from .templates import PROMPT_VERSION, render
+
+__all__ = ["SubstrateConfig", "run_substrate", "candidate_from", "answers_block", "is_unanimous"]
+
+
+@dataclass(frozen=True)
+class SubstrateConfig:
+    """Table 9 defaults (consensus generation)."""
+
+    dataset: str
+    backbone: str
+    n_candidates: int = 8
+    max_rounds: int = 8
+    temperature: float = 0.7
+    max_new_tokens: int = 2048
+    query_max_new_tokens: int = 8192
+    logprobs: int = 20
+    seed: int = SEED
+    prompt_version: str = PROMPT_VERSION
+
+    def __post_init__(self) -> None:
+        for name in ("n_candidates", "max_rounds", "max_new_tokens", "query_max_new_tokens", "logprobs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise ValueError(f"candidate temperature must be > 0 (N samples), got {self.temperature}")
+
+
+def candidate_from(gen: Generation, options: dict[str, str]) -> Candidate:
+    """A DESIGN 2.1 candidate: strict answer parse (null when unparseable), rationale = the text."""
+    return Candidate(
+        answer=parse_answer(gen.text, options),
+        rationale=gen.text,
+        logprob=gen.logprob,
+        n_tokens=gen.n_tokens,
+        mean_token_entropy=gen.mean_token_entropy,
+    )
+
+
+def is_unanimous(cands: Sequence[Candidate]) -> bool:
+    answers = {c.answer for c in cands}
+    return len(answers) == 1 and None not in answers
+
+
+def answers_block(cands: Sequence[Candidate], by_entropy: bool) -> str:
+    """Numbered previous answers; ``by_entropy`` orders them by mean token entropy, highest first
+    (missing entropy first), as the substrate does, and prints each entropy."""
+    idx = list(range(len(cands)))
+    if by_entropy:
+        def ent(i: int) -> float:
+            e = cands[i].mean_token_entropy
+            return float("inf") if e is None else e
+        idx.sort(key=lambda i: -ent(i))  # stable: equal entropies keep panel order
+        parts = []
+        for k, i in enumerate(idx, start=1):
+            e = cands[i].mean_token_entropy
+            shown = "n/a" if e is None else f"{e:.2f}"
+            parts.append(f"{k}. The assistant's previous answer is (Entropy {shown}):\n{cands[i].rationale}")
+        return "\n\n".join(parts)
+    return "\n\n".join(f"{k}. The assistant's previous answer is:\n{c.rationale}" for k, c in enumerate(cands, start=1))
+
+
+@dataclass
+class _State:
+    q: Any
+    start: float
+    rounds: list[Round] = field(default_factory=list)
+    documents: str = "null"
+    tokens: int = 0
+    done: bool = False
+    wall: float = 0.0
+
+
+def _answer_prompt(st: _State, cfg: SubstrateConfig) -> list[dict[str, str]]:
+    v = cfg.prompt_version
+    opts = format_options(st.q.options)
+    if not st.rounds:
+        user = render("user_round1", v, question=st.q.question, options=opts)
+    else:
+        user = render("user_round_next", v, question=st.q.question, options=opts, documents=st.documents,
+                      answers=answers_block(st.rounds[-1].candidates, by_entropy=True))
+    return [{"role": "system", "content": render("system_answer", v)}, {"role": "user", "content": user}]
+
+
+def _query_prompt(st: _State, cands: Sequence[Candidate], cfg: SubstrateConfig) -> list[dict[str, str]]:
+    v = cfg.prompt_version
+    user = render("user_query", v, question=st.q.question, options=format_options(st.q.options),
+                  answers=answers_block(cands, by_entropy=False))
+    return [{"role": "system", "content": render("system_query", v)}, {"role": "user", "content": user}]
+
+
+def _run_chunk(chunk: Sequence[Any], engine: Engine, retriever: Retriever | None, cfg: SubstrateConfig) -> list[_State]:
+    t0 = time.perf_counter()
+    states = [_State(q, t0) for q in chunk]
+    for t in range(1, cfg.max_rounds + 1):
+        active = [s for s in states if not s.done]
+        if not active:
+            break
+        gens = engine.generate([_answer_prompt(s, cfg) for s in active], n=cfg.n_candidates,
+                               temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
+                               seed=[derive_seed(cfg.seed, s.q.qid, "answer", t) for s in active],
+                               logprobs=cfg.logprobs, enable_thinking=False)
+        asking: list[tuple[_State, list[Candidate]]] = []
+        for s, g in zip(active, gens):
+            cands = [candidate_from(x, s.q.options) for x in g]
+            s.tokens += sum(x.n_tokens for x in g)
+            s.rounds.append(Round(round=t, candidates=cands, retrieval=None))
+            if is_unanimous(cands) or t == cfg.max_rounds:
+                s.done, s.wall = True, time.perf_counter() - s.start
+            else:
+                asking.append((s, cands))
+        if not asking:
+            continue
+        qgens = engine.generate([_query_prompt(s, c, cfg) for s, c in asking], n=1, temperature=0.0,
+                                max_new_tokens=cfg.query_max_new_tokens,
+                                seed=[derive_seed(cfg.seed, s.q.qid, "query", t) for s, _ in asking],
+                                logprobs=None, enable_thinking=True)
+        for (s, _), g in zip(asking, qgens):
+            s.tokens += g[0].n_tokens
+            queries = parse_queries(g[0].text)
+            if queries and retriever is not None:
+                docs = retriever.retrieve(queries)
+                s.rounds[-1].retrieval = Retrieval(queries=queries, doc_ids=[d.id for d in docs])
+                s.documents = format_documents(docs)
+            else:
+                s.documents = "null"
+    return states
+
+
+def _record(s: _State, cfg: SubstrateConfig, reproducible: bool) -> QuestionLog:
+    q = s.q
+    cost = None if reproducible else Cost(wall_s=round(s.wall, 6), completion_tokens=s.tokens)
+    return QuestionLog(
+        schema_version=1, qid=str(q.qid), dataset=cfg.dataset, backbone=cfg.backbone, question=q.question,
+        options=dict(q.options), gold=q.gold, specialty=getattr(q, "specialty", None),
+        n_candidates=cfg.n_candidates, max_rounds=cfg.max_rounds, rounds=s.rounds, cost=cost,
+    )
+
+
+def run_substrate(
+    questions: Sequence[Any],
+    engine: Engine,
+    retriever: Retriever | None,
+    out: str | Path,
+    config: SubstrateConfig,
+    *,
+    batch_size: int = 1,
+    reproducible: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Run the substrate over ``questions`` (objects with ``qid, question, options, gold,
+    specialty``), appending DESIGN 2.1 records to ``out`` (resumable; see :mod:`.runio`).
+
+    ``retriever=None`` is allowed only for ``max_rounds == 1`` (no retrieval can happen).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if retriever is None and config.max_rounds > 1:
+        raise ValueError("a retriever (index) is required when max_rounds > 1")
+    qids = [str(q.qid) for q in questions]
+    if len(set(qids)) != len(qids):
+        raise ValueError("questions: duplicate qid")
+    run_cfg = {"stage": "substrate", **asdict(config), "engine": type(engine).__name__, "model": engine.name,
+               "reranker": getattr(getattr(retriever, "reranker", None), "model", None),
+               "index_sha256": getattr(getattr(retriever, "index", None), "corpus_sha256", None),
+               "reproducible": reproducible}
+    check_run_config(out, run_cfg)
+    sink = AppendOnlyJsonl(out, read_logs, key=lambda r: r.qid)
+    todo = [q for q in questions if str(q.qid) not in sink.done]
+    bar = tqdm(total=len(questions), initial=len(questions) - len(todo), desc="substrate", unit="q", disable=not progress)
+    for i in range(0, len(todo), batch_size):
+        states = _run_chunk(todo[i:i + batch_size], engine, retriever, config)
+        for s in states:  # input order
+            rec = _record(s, config, reproducible)
+            if reproducible:
+                append_cost(out, {"qid": rec.qid}, round(s.wall, 6), s.tokens)
+            sink.append([rec], keys=[rec.qid])
+            bar.update(1)
+    bar.close()
+    return Path(out)
