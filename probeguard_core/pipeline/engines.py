@@ -40,6 +40,24 @@ THINK_START = "<think>"
 THINK_END = "</think>"
 
 
+def load_sequence_classifier(model: str, device: str | None, trust_remote_code: bool = False) -> tuple[Any, Any, str]:
+    """Tokenizer and ``AutoModelForSequenceClassification`` in eval mode (safetensors only).
+
+    Shared by the NLI scorer and the cross-encoder reranker; ``device`` None picks CUDA when
+    available.  Returns ``(tokenizer, model, device)``.
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    net = AutoModelForSequenceClassification.from_pretrained(
+        model, use_safetensors=True, trust_remote_code=trust_remote_code
+    ).to(device).eval()
+    return tokenizer, net, device
+
+
 def top_entropy(top_logprobs: Sequence[float]) -> float:
     """Entropy (nats) of the renormalized top-k distribution given by ``top_logprobs``."""
     lp = np.asarray(top_logprobs, dtype=np.float64)

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from probeguard_core.claims import extract_claims
 from probeguard_core.features import answer_shares, modal_answer
 from probeguard_core.logs import NLIRecord, QuestionLog, read_nli
+from probeguard_core.pipeline.engines import load_sequence_classifier
 
 from .runio import AppendOnlyJsonl, check_run_config
 
@@ -72,15 +73,7 @@ class NLIScorer:
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        if self.device is None:
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model, trust_remote_code=self.trust_remote_code)
-        self.net = AutoModelForSequenceClassification.from_pretrained(
-            self.model, use_safetensors=True, trust_remote_code=self.trust_remote_code
-        ).to(self.device).eval()
+        self.tokenizer, self.net, self.device = load_sequence_classifier(self.model, self.device, self.trust_remote_code)
         self.entail_id = entailment_label_id(self.net.config)
         self.calls = 0  # pairs actually run through the model (for tests and cost accounting)
 

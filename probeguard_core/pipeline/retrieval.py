@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from probeguard_core.pipeline.engines import load_sequence_classifier
+
 __all__ = [
     "BM25Index",
     "CrossEncoderReranker",
@@ -164,15 +166,7 @@ class CrossEncoderReranker:
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        if self.device is None:
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model, trust_remote_code=self.trust_remote_code)
-        self.net = AutoModelForSequenceClassification.from_pretrained(
-            self.model, use_safetensors=True, trust_remote_code=self.trust_remote_code
-        ).to(self.device).eval()
+        self.tokenizer, self.net, self.device = load_sequence_classifier(self.model, self.device, self.trust_remote_code)
         if self.net.config.num_labels != 1:
             raise ValueError(f"reranker {self.model}: expected one relevance logit, config has num_labels={self.net.config.num_labels}")
 
