@@ -1,0 +1,284 @@
+"""Tests of probeguard_core.analysis_extra (the table builders of §4.3, §5.1, App. C, G-K, what-if).
+
+A small hand-built cell (helpers.make_log / make_probe / make_nli) gives numbers that are
+worked out by hand or cross-checked against the core and reference libraries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import make_log, make_nli, make_probe, make_self_report
+from sklearn.metrics import roc_auc_score
+from statsmodels.stats.proportion import proportion_confint
+
+from probeguard_core import analysis_extra as AX
+from probeguard_core import certify as C
+from probeguard_core import logs as L
+from probeguard_core.analysis import certification_inputs
+from probeguard_core.claims import extract_claims
+
+BACKBONE = "Qwen/Qwen3-8B"
+N_S1 = 30
+N_S2 = 12
+
+
+@dataclass
+class FakeCell:
+    """Duck-typed release Cell (attributes used by the builders)."""
+
+    logs: list[L.QuestionLog]
+    probe: list[L.ProbeRecord] | None
+    nli: list[L.NLIRecord] | None
+    self_report: list[L.SelfReport] | None = None
+    dataset: str = "medqa"
+    backbone: str = BACKBONE
+    role: str = "main"
+    label: str = "MedQA / test"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def probe_by_arm(self, arm: str = "counter_evidence") -> list[L.ProbeRecord]:
+        return [r for r in (self.probe or []) if r.arm == arm]
+
+
+def _s1_wrong(i: int) -> bool:
+    return i % 5 == 0  # 6 wrong of 30
+
+
+def _s1_flipped(i: int) -> bool:
+    # wrong consensus flips for i in {0, 10, 20}; correct flips only for i = 7
+    return (_s1_wrong(i) and i % 10 == 0) or i == 7
+
+
+def _specialty(i: int) -> str | None:
+    if i % 9 == 8:
+        return None
+    return "Cardiology" if i % 3 == 0 else "Neurology" if i % 3 == 1 else "Dermatology"
+
+
+def build_cell(with_cost: bool = True) -> FakeCell:
+    kw = {"dataset": "medqa", "backbone": BACKBONE}
+    logs, probe, nli, sr = [], [], [], []
+    for i in range(N_S1):
+        qid = f"q{i:02d}"
+        gold = "B" if _s1_wrong(i) else "A"
+        cost = {"wall_s": 10.0 + i, "completion_tokens": 100 + i} if (with_cost and i != 3) else None
+        logs.append(make_log([["A"] * 4], gold=gold, qid=qid, specialty=_specialty(i), cost=cost, **kw))
+        ce = ["B", "B", "B", "A"] if _s1_flipped(i) else (["A", "A", "A", "B"] if i % 4 == 0 else ["A"] * 4)
+        probe.append(make_probe(ce, consensus="A", qid=qid, cost={"wall_s": 20.0 + i, "completion_tokens": 400 + i}, **kw))
+        probe.append(make_probe(["A"] * 4, consensus="A", arm="instruction_only", qid=qid, **kw))
+        # coherent rationales for correct consensus, less so for wrong; a spread inside each group
+        base = (0.3 if _s1_wrong(i) else 0.7) + 0.01 * (i % 7)
+        E = [[1.0 if a == b else base for b in range(4)] for a in range(4)]
+        nli.append(make_nli(claims=[f"claim {j}" for j in range(4)], entailment=E, candidates=[0, 1, 2, 3], qid=qid, **kw))
+        sr.append(make_self_report(qid=qid, verbalized_confidence=50.0 + i, p_true=0.5, **kw))
+    for i in range(N_S2):
+        qid = f"r{i:02d}"
+        logs.append(make_log([["A", "B", "A", "A"], ["A"] * 4], gold="A" if i % 3 else "C", qid=qid,
+                             doc_ids=[["d1", "d2"], None], specialty=_specialty(i),
+                             cost={"wall_s": 50.0, "completion_tokens": 500} if with_cost else None, **kw))
+        sr.append(make_self_report(qid=qid, **kw))
+    return FakeCell(
+        logs=[L.QuestionLog.model_validate(x) for x in logs],
+        probe=[L.ProbeRecord.model_validate(x) for x in probe],
+        nli=[L.NLIRecord.model_validate(x) for x in nli],
+        self_report=[L.SelfReport.model_validate(x) for x in sr],
+    )
+
+
+@pytest.fixture(scope="module")
+def cell() -> FakeCell:
+    return build_cell()
+
+
+# --------------------------------------------------------------------------- §4.3 / Figure 3
+def test_unanimous_layer_table_hand_values(cell: FakeCell) -> None:
+    t = AX.unanimous_layer_table([cell])
+    get = lambda q, s="": float(t.loc[(t["quantity"] == q) & (t["signal"] == s), "value"].iloc[0])  # noqa: E731
+    assert get("unanimous_share") == pytest.approx(N_S1 / (N_S1 + N_S2))
+    assert get("unanimous_error") == pytest.approx(6 / 30)
+    assert get("n_unanimous") == 30
+    ok = np.array([not _s1_wrong(i) for i in range(N_S1)])
+    kappa = np.array([0.25 if _s1_flipped(i) else (0.75 if i % 4 == 0 else 1.0) for i in range(N_S1)])
+    assert get("auroc", "keep_rate") == pytest.approx(roc_auc_score(ok, kappa))
+    rse = np.array([(0.3 if _s1_wrong(i) else 0.7) + 0.01 * (i % 7) for i in range(N_S1)])
+    assert get("auroc", "rse") == pytest.approx(roc_auc_score(ok, rse)) == pytest.approx(1.0)
+    assert get("auroc", "verbalized_confidence") == pytest.approx(roc_auc_score(ok, 50.0 + np.arange(N_S1)))
+    # sequence log-prob is constant in this cell: z = 0, so rse_keep_logprob ranks like rse_keep
+    assert get("auroc", "rse_keep_logprob") == pytest.approx(get("auroc", "rse_keep"))
+
+
+def test_flip_rates_and_wilson(cell: FakeCell) -> None:
+    f = AX.flip_rates([cell]).set_index("quantity")
+    assert (f.loc["flip_wrong", "k"], f.loc["flip_wrong", "n"]) == (3, 6)
+    assert (f.loc["flip_right", "k"], f.loc["flip_right", "n"]) == (1, 24)
+    assert f.loc["flip_wrong", "value"] == pytest.approx(0.5)
+    lo, hi = proportion_confint(1, 24, alpha=0.05, method="wilson")
+    assert (f.loc["flip_right", "ci_low"], f.loc["flip_right", "ci_high"]) == pytest.approx((lo, hi))
+
+
+def test_beside_sources_first_match_wins() -> None:
+    ours = pd.DataFrame({
+        "backbone": [BACKBONE, BACKBONE, "FreedomIntelligence/HuatuoGPT-o1-8B", BACKBONE],
+        "dataset": ["medqa", "medqa", "medqa", "medxpertqa"],
+        "quantity": ["flip_wrong", "flip_right", "flip_wrong", "flip_wrong"],
+        "value": [0.2, 0.05, 0.1, 0.3],
+    })
+    b = AX.beside_sources(ours, on=["backbone", "dataset", "quantity"],
+                          sources=[{"source": "Table 6", "arm": "counter_evidence"},
+                                   {"source": "§4.3", "arm": "counter_evidence"}])
+    assert b["paper"].iloc[0] == pytest.approx(0.14) and b["paper_source"].iloc[0] == "Table 6"
+    assert b["paper"].iloc[2] == pytest.approx(0.154) and b["paper_source"].iloc[2] == "§4.3"
+    assert math.isnan(b["paper"].iloc[3]) and b["paper_source"].iloc[3] == ""
+    assert b["diff"].iloc[0] == pytest.approx(0.2 - 0.14)
+
+
+# --------------------------------------------------------------------------- Table 6
+def test_probe_arm_table_asymmetry(cell: FakeCell) -> None:
+    t = AX.probe_arm_table(cell, n_boot=300, seed=1)
+    v = lambda arm, q: float(t.loc[(t["arm"] == arm) & (t["quantity"] == q), "value"].iloc[0])  # noqa: E731
+    assert v("instruction_only", "flip_wrong") == 0.0 and v("instruction_only", "flip_right") == 0.0
+    est = v("instruction_only", "asymmetry_diff")
+    assert est == pytest.approx((3 / 6 - 1 / 24) - 0.0)
+    lo, hi = v("instruction_only", "asymmetry_diff_ci_low"), v("instruction_only", "asymmetry_diff_ci_high")
+    assert lo <= est <= hi and lo < hi
+    # neutral / irrelevant arms are absent from this cell: no rows for them
+    assert set(t["arm"]) == {"counter_evidence", "instruction_only"}
+    # same seed, same interval
+    t2 = AX.probe_arm_table(cell, n_boot=300, seed=1)
+    pd.testing.assert_frame_equal(t, t2)
+
+
+# --------------------------------------------------------------------------- §5.1
+def test_hard_soft_table_and_saturation() -> None:
+    c = build_cell()
+    # wrong consensus has off-diagonal entailment 0.3-0.36 < 0.5: every claim its own cluster
+    # (saturated at ln 4); make one of the six wrong ones fully coherent instead
+    recs = []
+    for r in c.nli:
+        if r.qid == "q05":
+            r = r.model_copy(update={"entailment": [[1.0] * 4 for _ in range(4)]})
+        recs.append(r)
+    c.nli = recs
+    t = AX.hard_soft_table(c).set_index(["signal", "quantity"])
+    assert t.loc[("hard_se", "saturated_share"), "value"] == pytest.approx(5 / 30)
+    # hard clustering at threshold 0.5 sees two values: one cluster (0.7+ pairs) or singletons
+    # (0.3+ pairs); RSE keeps every level
+    assert t.loc[("hard_se", "n_distinct"), "value"] == 2
+    assert t.loc[("rse", "n_distinct"), "value"] > 2
+    ok = np.array([not _s1_wrong(i) for i in range(N_S1)])
+    hard = np.where(ok | (np.arange(N_S1) == 5), 0.0, -math.log(4))
+    assert t.loc[("hard_se", "auroc"), "value"] == pytest.approx(roc_auc_score(ok, hard))
+    rse = np.array([(0.3 if _s1_wrong(i) else 0.7) + 0.01 * (i % 7) for i in range(N_S1)])
+    rse[5] = 1.0
+    assert t.loc[("rse", "auroc"), "value"] == pytest.approx(roc_auc_score(ok, rse))
+
+
+# --------------------------------------------------------------------------- Table 8
+def test_specialty_breakdown_whole_layer_matches_repeated_splits(cell: FakeCell) -> None:
+    alpha, n_splits = 0.3, 6
+    t8 = AX.specialty_breakdown(cell, alpha=alpha, n_splits=n_splits, seed=7, min_unanimous=9)
+    counts = pd.Series([_specialty(i) for i in range(N_S1)]).value_counts()
+    shown = sorted((k for k, v in counts.items() if v >= 9), key=lambda k: (-counts[k], k))
+    assert list(t8["specialty"][: len(shown)]) == shown
+    assert t8.attrs["omitted"] == sorted(k for k, v in counts.items() if v < 9)
+    whole = t8[t8["specialty"] == "(whole layer)"].iloc[0]
+    assert whole["n_unanimous"] == N_S1 and whole["unanimous_error"] == pytest.approx(6 / 30)
+    df = certification_inputs([cell])
+    rs = C.repeated_splits(df["score"].to_numpy(float), df["error"].to_numpy(bool), df["stratum"].to_numpy(str),
+                           alphas=[alpha], n_splits=n_splits, seed=7)
+    s = C.summarize(rs)
+    s1 = s[s["stratum"] == "S1"].iloc[0]
+    assert whole["certified_coverage"] == pytest.approx(s1["coverage_mean"])
+    if not math.isnan(s1["risk_mean"]):
+        assert whole["realized_risk"] == pytest.approx(s1["risk_mean"])
+    # per-specialty coverages average (weighted by presence) back to the layer's in each split:
+    # at least check they are proportions
+    assert t8["certified_coverage"].between(0, 1).all()
+
+
+# --------------------------------------------------------------------------- Appendix J
+def test_cost_table_medians_and_missing(cell: FakeCell) -> None:
+    t = AX.cost_table([cell]).set_index("quantity")
+    sub_wall = [10.0 + i for i in range(N_S1) if i != 3] + [50.0] * N_S2
+    assert t.loc["substrate_wall_s", "value"] == pytest.approx(np.median(sub_wall))
+    assert t.loc["substrate_wall_s", "n_missing"] == 1
+    assert t.loc["probe_wall_s_median", "value"] == pytest.approx(np.median([20.0 + i for i in range(N_S1)]))
+    assert t.loc["probe_completion_tokens_median", "value"] == pytest.approx(np.median([400 + i for i in range(N_S1)]))
+    both = [i for i in range(N_S1) if i != 3]
+    pw, sw = sum(20.0 + i for i in both), sum(10.0 + i for i in both)
+    assert t.loc["probe_share_wall", "value"] == pytest.approx(pw / (pw + sw))
+    assert t.loc["probe_share_wall", "n_missing"] == 1
+
+
+# --------------------------------------------------------------------------- Appendix K
+def test_case_details(cell: FakeCell) -> None:
+    d = AX.case_details(cell)
+    cases = d["cases"].set_index("case")
+    assert cases.loc["collapsed", "kappa"] == pytest.approx(0.25) and not cases.loc["collapsed", "correct"]
+    assert cases.loc["kept", "kappa"] == 1.0 and cases.loc["kept", "correct"]
+    assert bool(cases.loc["collapsed", "reanswer_plurality_is_gold"])  # B, B, B, A with gold B
+    assert len(d["panel"]) == 8 and len(d["probe"]) == 8
+    assert set(d["queries"]["kind"]) == {"counter-query", "document"}
+    assert d["options"].groupby("case")["gold"].sum().tolist() == [1, 1]
+
+
+# --------------------------------------------------------------------------- Appendix C
+def test_explain_claims_branches() -> None:
+    r = ("Intro sentence. The stem mentions fever. Option A fits poorly. Option B is plausible.\n"
+         "Option C is wrong. Therefore the answer is B. The best choice is B. <answer>B</answer>")
+    ex = AX.explain_claims(r)
+    assert list(ex["sentence"]) == ["Intro sentence.", "The stem mentions fever.", "Option A fits poorly.",
+                                    "Option B is plausible.", "Option C is wrong.", "Therefore the answer is B.",
+                                    "The best choice is B."]
+    assert list(ex["in_tail"]) == [False, False, True, True, True, True, True]
+    assert [s for s, k in zip(ex["sentence"], ex["kept"]) if k] == extract_claims(r)
+    assert list(ex["kept"]) == [False] * 4 + [True] * 3
+    assert ex.loc[6, "cues"] == "choice, best"
+    assert AX._case_of(r) == "more than three cued: last three"
+    no_cue = "First point. Second point. Final remark."
+    ex2 = AX.explain_claims(no_cue)
+    assert list(ex2["kept"]) == [False, False, True] and AX._case_of(no_cue) == "no cue: last sentence"
+    assert AX.explain_claims("").empty and AX._case_of("  ") == "empty rationale"
+
+
+def test_claim_rule_summary_and_examples(cell: FakeCell) -> None:
+    s = AX.claim_rule_summary(cell).set_index("quantity")
+    assert s.loc["rationales", "value"] == (N_S1 + N_S2) * 4
+    # default rationales end in "Therefore, the answer is A." -> one cued claim each
+    assert s.loc["share: one to three cued", "value"] == 1.0
+    assert s.loc["share with 1 claims", "value"] == 1.0
+    # the fake NLI claims ("claim j") are not what the rule returns
+    assert s.loc["NLI cache claims reproduced by extract_claims", "value"] == 0.0
+    ex = AX.claim_examples(cell)
+    assert list(ex["case"]) == ["one to three cued"] and ex["qid"].iloc[0] == "q00"
+
+
+# --------------------------------------------------------------------------- Table 7
+def test_ablation_table_structure(cell: FakeCell) -> None:
+    from probeguard_core.features import feature_table, is_correct
+    from probeguard_core.scoring import process_score
+
+    t = AX.ablation_table(cell, n_folds=3, seed=3)
+    assert t["variant"].iloc[0] == "full" and t["variant"].iloc[-1] == "gbt"
+    assert {"without rationale", "without agreement"} <= set(t["variant"])
+    X = feature_table(cell.logs, nli=cell.nli)
+    y = np.array([is_correct(g) for g in cell.logs])
+    p = process_score(X, y, n_splits=3, seed=3)
+    assert t.loc[t["variant"] == "full", "value"].iloc[0] == pytest.approx(roc_auc_score(y, p))
+    assert (t.loc[t["variant"] == "full", "n_features"] == X.shape[1]).all()
+
+
+# --------------------------------------------------------------------------- what-if
+def test_whatif_coverage_small() -> None:
+    w = AX.whatif_coverage([0.05], [40, 80], alpha=0.2, n_population=60, n_draws=4, seed=5)
+    assert list(w["n_cal"]) == [40, 80]
+    assert w["coverage_mean"].between(0, 1).all() and w["certified_share"].between(0, 1).all()
+    assert (w["n_population"] == 60).all() and (w["base_error"] <= 1).all()
+    with pytest.raises(ValueError, match="cal_sizes"):
+        AX.whatif_coverage([0.05], [0], n_population=10, n_draws=2)

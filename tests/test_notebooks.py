@@ -1,0 +1,168 @@
+"""Every registered notebook runs under papermill with small parameters on a small simulated
+release, writes the outputs it declares, and its headline numbers agree with its CSVs.
+Plus the build driver's own behaviour (registry checks, failing notebooks, paths)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+from book_fixtures import REPO, small_release
+
+from probeguard_core import alpha_explorer, analysis
+from probeguard_core import book_build as bb
+from probeguard_core.certify import repeated_splits, summarize
+from probeguard_core.release import load_release
+
+pytestmark = [pytest.mark.notebook, pytest.mark.slow]
+ENTRIES = bb.load_registry(REPO)
+
+
+@pytest.fixture(scope="session")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return small_release(tmp_path_factory.getbasetemp())
+
+
+def _run(entry: bb.NotebookEntry, release: Path, out: Path) -> tuple[bb.NotebookResult, Path]:
+    params = {"release": str(release), "output_dir": str(out / entry.name), **entry.test_params}
+    res = bb.execute_notebook(REPO / entry.source, out / f"{entry.name}.ipynb", params, cwd=REPO)
+    return res, out / entry.name
+
+
+def _lookup(csv: Path, row: dict, column: str) -> float:
+    df = pd.read_csv(csv)
+    m = pd.Series(True, index=df.index)
+    for k, v in row.items():
+        col = df[k]
+        m &= np.isclose(col.astype(float), float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) \
+            else col.astype(str) == str(v)
+    hits = df.loc[m, column]
+    assert len(hits) == 1, f"{csv.name}: {len(hits)} rows match {row}"
+    return float(hits.iloc[0])
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+def test_notebook_runs_and_writes_its_outputs(entry: bb.NotebookEntry, release: Path, tmp_path: Path) -> None:
+    res, out = _run(entry, release, tmp_path)
+    assert res.ok, f"{entry.name} failed: {res.error}"
+    missing = [f for f in entry.outputs if not (out / f).is_file()]
+    assert not missing, f"{entry.name} did not write {missing}"
+    for png in out.glob("*.png"):
+        assert png.with_suffix(".svg").is_file(), f"{png.name} has no SVG twin"
+        assert png.stat().st_size > 1000
+    results = json.loads((out / "results.json").read_text())
+    for chk in results.get("checks", []):
+        ours = results[chk["key"]]
+        theirs = _lookup(out / chk["csv"], chk["row"], chk["column"])
+        assert math.isclose(float(ours), theirs, rel_tol=1e-5, abs_tol=1e-9), (chk, ours, theirs)
+    for csv in out.glob("*.csv"):
+        assert len(pd.read_csv(csv)) > 0, f"{csv.name} is empty"
+    nb = nbformat.read(res.output, as_version=4)
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    assert sum("parameters" in t for t in tags) == 1
+    injected = [t for t in tags if "injected-parameters" in t]
+    assert injected and all("remove-cell" in t for t in injected)
+    outputs = json.dumps([c.get("outputs", []) for c in nb.cells])
+    assert "probeguard-provenance" in outputs and "Simulated release" in outputs
+
+
+def test_registry_agrees_with_notebooks_and_toc() -> None:
+    """Every notebooks/*.md is registered, has its chapter and toc entry (fails on a new,
+    unregistered notebook: register it in notebooks/registry.yml and _toc.yml)."""
+    bb.check_registry(REPO, strict=True)
+
+
+def test_same_release_gives_byte_identical_csvs(release: Path, tmp_path: Path) -> None:
+    entry = next(e for e in ENTRIES if e.name == "certification_fig4")
+    a = _run(entry, release, tmp_path / "a")[1]
+    b = _run(entry, release, tmp_path / "b")[1]
+    names = sorted(p.name for p in a.glob("*.csv"))
+    assert names and names == sorted(p.name for p in b.glob("*.csv"))
+    for n in names:
+        assert (a / n).read_bytes() == (b / n).read_bytes(), n
+
+
+def test_a_failing_notebook_is_named_with_its_error(tmp_path: Path) -> None:
+    src = tmp_path / "broken.md"
+    src.write_text((REPO / "notebooks" / "table1_fig1.md").read_text().split("```{code-cell} ipython3\nimport")[0]
+                   + "```{code-cell} ipython3\nraise ValueError('boom in the notebook')\n```\n")
+    res = bb.execute_notebook(src, tmp_path / "broken.ipynb", {"release": "x", "output_dir": str(tmp_path)}, cwd=REPO)
+    assert not res.ok and res.name == "broken"
+    assert "ValueError: boom in the notebook" in res.error
+
+
+def test_notebook_without_parameters_cell_is_rejected(tmp_path: Path) -> None:
+    src = tmp_path / "noparams.md"
+    src.write_text("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+                   "kernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n"
+                   "```{code-cell} ipython3\nx = 1\n```\n")
+    res = bb.execute_notebook(src, tmp_path / "noparams.ipynb", {}, cwd=REPO)
+    assert not res.ok and "no cell tagged 'parameters'" in res.error
+
+
+def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bb.main(["--release", str(tmp_path), "--only", "table1_fig1", "--no-html"]) == 2
+    assert "has no manifest.json" in capsys.readouterr().err
+    assert bb.main(["--release", str(tmp_path), "--params-json", "[1]"]) == 2
+    with pytest.raises(ValueError, match="unknown notebook"):
+        bb.run_notebooks(tmp_path, only=["nope"], root=REPO)
+
+
+def test_repo_root_and_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROBEGUARD_REPO_ROOT", raising=False)
+    monkeypatch.chdir(REPO / "notebooks")
+    bb._root_from.cache_clear()
+    assert bb.repo_root() == REPO
+    assert bb.resolve("data/x") == REPO / "data" / "x"
+    assert bb.resolve("/abs/x") == Path("/abs/x")
+
+
+def test_filtered_toc_keeps_only_selected_notebooks() -> None:
+    toc = {"root": "book/intro", "parts": [{"caption": "c", "chapters": [
+        {"file": "book/a", "sections": [{"file": "book/_generated/a"}]},
+        {"file": "book/b", "sections": [{"file": "book/_generated/b"}]},
+        {"file": "book/m"}]}]}
+    toc["parts"].append({"caption": "only a", "chapters": [{"file": "book/c", "sections": [{"file": "book/_generated/a"}]}]})
+    got = bb._filtered_toc(toc, {"b"})
+    assert len(got["parts"]) == 1  # the part left without chapters is dropped
+    assert got["parts"][0]["chapters"] == [{"file": "book/b", "sections": [{"file": "book/_generated/b"}]},
+                                           {"file": "book/m"}]
+
+
+def test_alpha_explorer_matches_the_core(release: Path) -> None:
+    rel = load_release(release)
+    table = analysis.certification_inputs([rel.cell("medqa", "Qwen/Qwen3-8B")])
+    pre = alpha_explorer.precompute(table, alphas=[0.1, 0.2], n_splits=4, seed=7)
+    ref = summarize(repeated_splits(table.score, table.error, table.stratum, alphas=[0.1, 0.2], n_splits=4, seed=7))
+    got = pre[pre.series == "all · paper rule"].set_index("alpha")["coverage_mean"]
+    want = ref[ref.stratum == "all"].set_index("alpha")["coverage_mean"]
+    assert np.allclose(got.to_numpy(), want.to_numpy(), equal_nan=True)
+    s1 = pre[pre.series == "S1 · z(κ)+z(RSE)"].set_index("alpha")["coverage_mean"]
+    assert np.allclose(s1.to_numpy(), ref[ref.stratum == "S1"].set_index("alpha")["coverage_mean"].to_numpy(),
+                       equal_nan=True)
+    html = alpha_explorer.explorer_html(pre, initial=0.2)
+    assert 'id="probeguard-alpha-explorer"' in html and 'data-alpha="0.20"' in html
+    assert "<script type=\"module\">" in html and "https://" not in html.split("<script type=\"module\">")[0]
+    with pytest.raises(ValueError, match="slider grid"):
+        alpha_explorer.explorer_html(pre, initial=0.5)
+    box = alpha_explorer.alpha_widget(table, n_splits=4, seed=7, initial=0.2)
+    live = box.result[box.result.series == "all · paper rule"]["coverage_mean"].iloc[0]
+    assert math.isclose(live, float(got.loc[0.2])) or (math.isnan(live) and math.isnan(float(got.loc[0.2])))
+    box.slider.value = 0.1  # moving the slider recomputes through the core
+    assert float(box.result["alpha"].iloc[0]) == 0.1
+
+
+def test_violation_upper_bound_is_clopper_pearson() -> None:
+    from statsmodels.stats.proportion import proportion_confint
+
+    for k, n in ((0, 2000), (3, 2000), (50, 200)):
+        # one-sided 95 % upper bound = upper end of the two-sided 90 % exact interval
+        assert math.isclose(analysis.violation_upper_bound(k, n), proportion_confint(k, n, alpha=0.10, method="beta")[1],
+                            rel_tol=1e-9)
+    assert analysis.violation_upper_bound(5, 5) == 1.0
