@@ -12,8 +12,12 @@ code change.
      "generator": str, "generator_version": str     # simulated releases
      "pipeline_command": str                         # real releases
      "seed": int,
-     "cells": [{"dataset", "backbone", "path", "role": "main" | "augment"}],
+     "cells": [{"dataset", "backbone", "path", "role": "main" | "augment"}],   # optional
      "files": {relative_path: sha256}}
+
+``cells`` is optional: a release written by other tools to DESIGN 2.7 alone has its cells
+discovered from the folder tree (dataset and backbone read from the logs).  The hashes may
+also be given as ``"sha256"`` and as a list of ``{"path", "sha256"}`` objects.
 """
 
 from __future__ import annotations
@@ -203,8 +207,59 @@ def _require(manifest: dict[str, Any], key: str, path: Path, kind: type | tuple[
     return manifest[key]
 
 
+def _file_hashes(manifest: dict[str, Any], mpath: Path) -> dict[str, str]:
+    """The manifest's sha256 list: ``files`` (or ``sha256``) as ``{path: digest}`` or ``[{path, sha256}]``."""
+    key = "files" if "files" in manifest else "sha256" if "sha256" in manifest else None
+    if key is None:
+        raise ReleaseError(f"{mpath}: missing field 'files' (the sha256 of every file, DESIGN 2.7)")
+    raw = manifest[key]
+    if isinstance(raw, dict):
+        items = list(raw.items())
+    elif isinstance(raw, list):
+        items = []
+        for i, entry in enumerate(raw):
+            if not (isinstance(entry, dict) and isinstance(entry.get("path"), str) and isinstance(entry.get("sha256"), str)):
+                raise ReleaseError(f"{mpath}: {key}[{i}] needs string fields 'path' and 'sha256'")
+            items.append((entry["path"], entry["sha256"]))
+    else:
+        raise ReleaseError(f"{mpath}: field {key!r} must map file paths to sha256 digests")
+    out: dict[str, str] = {}
+    for relpath, digest in items:
+        if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-fA-F]{64}", digest)):
+            raise ReleaseError(f"{mpath}: {key}[{relpath!r}] is not a sha256 hex digest")
+        out[Path(relpath).as_posix()] = digest.lower()
+    return out
+
+
+def _discover_cells(root: Path) -> list[dict[str, str]]:
+    """Cells of a manifest without a ``cells`` list: every ``<dataset>/<backbone-slug>/`` folder with logs.
+
+    Dataset and backbone are read from the first log record (DESIGN 2.1 fields), so the folder
+    names need not follow :func:`backbone_slug`.  Such releases have only ``main`` cells.
+    """
+    specs = []
+    for folder in sorted({p.parent for p in root.rglob("logs.jsonl*")}):
+        logs_file = _artifact_path(folder, "logs")
+        if logs_file is None:
+            continue
+        _, first = next(L.iter_jsonl(logs_file))
+        dataset, backbone = first.get("dataset"), first.get("backbone")
+        if not (isinstance(dataset, str) and isinstance(backbone, str)):
+            raise ReleaseError(f"{logs_file}:1: dataset/backbone: missing or not strings")
+        specs.append({"dataset": dataset, "backbone": backbone, "path": folder.relative_to(root).as_posix(), "role": "main"})
+    if not specs:
+        raise ReleaseError(f"{root}: no <dataset>/<backbone>/logs.jsonl[.gz] found")
+    return specs
+
+
 def load_release(folder: str | os.PathLike[str], verify: bool = True) -> Release:
-    """Load ``folder/manifest.json``; with ``verify`` check every file's sha256 and that none is unlisted."""
+    """Load a release folder (DESIGN 2.7).
+
+    Reads ``manifest.json`` (``name``, ``provenance``, ``seed``, the sha256 of every file, and
+    optionally ``cells``; without it the cells are discovered from the folder tree).  With
+    ``verify``, every listed file's sha256 is checked and an artifact missing from the list is
+    an error.
+    """
     root = Path(folder)
     mpath = root / "manifest.json"
     if not mpath.exists():
@@ -220,8 +275,8 @@ def load_release(folder: str | os.PathLike[str], verify: bool = True) -> Release
     if prov not in ("simulated", "real"):
         raise ReleaseError(f"{mpath}: provenance must be 'simulated' or 'real', got {prov!r}")
     _require(manifest, "seed", mpath, int)
-    files = _require(manifest, "files", mpath, dict)
-    cells_spec = _require(manifest, "cells", mpath, list)
+    files = _file_hashes(manifest, mpath)
+    cells_spec = _require(manifest, "cells", mpath, list) if "cells" in manifest else _discover_cells(root)
     rel = Release(path=root, manifest=manifest)
     for i, spec in enumerate(cells_spec):
         if not isinstance(spec, dict) or not {"dataset", "backbone", "path"} <= set(spec):
@@ -240,9 +295,8 @@ def load_release(folder: str | os.PathLike[str], verify: bool = True) -> Release
                 raise ReleaseError(f"{mpath}: listed file {relpath} is missing")
             if sha256_file(p) != digest:
                 raise ReleaseError(f"{p}: sha256 differs from the manifest (file changed or corrupted)")
-        listed = set(files)
         for p in sorted(root.rglob("*.jsonl*")):
-            if p.relative_to(root).as_posix() not in listed:
+            if p.relative_to(root).as_posix() not in files:
                 raise ReleaseError(f"{p}: artifact not listed in {mpath}")
     return rel
 
