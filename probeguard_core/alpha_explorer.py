@@ -73,7 +73,8 @@ def precompute(table: pd.DataFrame, alphas: Sequence[float] = ALPHAS, n_splits: 
     :func:`certify.summarize` (mean and sd over splits). A final series ``all · paper rule``
     gives the whole stream under the paper's scores (S3 abstains). A variant whose column is
     missing for some question of its stratum is skipped (it cannot be certified on the same
-    population). Columns: ``series, stratum, score, alpha, coverage_mean, coverage_sd,
+    population); so is the whole-stream series when the paper's score is (a release without
+    probe or NLI records for its unanimous layer). Columns: ``series, stratum, score, alpha, coverage_mean, coverage_sd,
     risk_mean, risk_sd, n_certified, violations, n_splits``; sorted, deterministic.
     """
     need = {"stratum", "score", "error"}
@@ -105,11 +106,19 @@ def precompute(table: pd.DataFrame, alphas: Sequence[float] = ALPHAS, n_splits: 
         scores[in_s] = table[v.column].to_numpy(dtype=float)[in_s]
         if np.isnan(scores[in_s]).any():
             continue
+        # Each stratum is certified on its own at the fixed Bonferroni level delta / (|grid| m), and only
+        # this stratum's rows are kept: another stratum's missing scores (a release without probe / NLI
+        # records for S1) cannot change them, so they are set to 0 rather than stopping the variant.
+        scores[~in_s & np.isnan(scores)] = 0.0
         summ = run(scores, extra(v.column, v.stratum))
         summ = summ[summ["stratum"] == v.stratum].assign(series=v.series, score=v.name)
         frames.append(summ)
-    base = run(table["score"].to_numpy(dtype=float), extra("score", "S1"))
-    frames.append(base[base["stratum"] == "all"].assign(series="all · paper rule", score="paper rule"))
+    paper = table["score"].to_numpy(dtype=float)
+    if not np.isnan(paper[np.isin(strata, ("S1", "S2"))]).any():  # else the paper rule cannot run on this release
+        base = run(paper, extra("score", "S1"))
+        frames.append(base[base["stratum"] == "all"].assign(series="all · paper rule", score="paper rule"))
+    if not frames:
+        raise ValueError("precompute: no score variant is defined for every question of its stratum")
     out = pd.concat(frames, ignore_index=True)
     out["alpha"] = out["alpha"].round(4)
     cols = ["series", "stratum", "score", "alpha", "coverage_mean", "coverage_sd", "risk_mean", "risk_sd",

@@ -31,9 +31,12 @@ from probeguard_core.scoring import process_score, stratum_scores, unanimous_lay
 ArrayLikeF = Sequence[float] | NDArray[Any] | pd.Series
 
 __all__ = [
+    "ARTIFACT_NAMES",
+    "FIGURE1_COLUMNS",
     "TABLE2_SIGNALS",
     "ALWAYS_AVAILABLE",
     "LAYER_SIGNALS",
+    "absent_note",
     "agreement_by_round",
     "cell_scores",
     "certification_arms",
@@ -42,11 +45,19 @@ __all__ = [
     "check_entry",
     "concluding_round_table",
     "discrimination",
+    "empty_table",
     "figure1_cases",
     "layer_discrimination",
+    "note",
+    "pick_backbone",
+    "pick_backbones",
+    "pick_dataset",
+    "pick_datasets",
+    "placeholder_figure",
     "risk_coverage_curves",
     "theorem1_resampled",
     "theorem1_synthetic",
+    "uncertifiable",
     "violation_upper_bound",
     "wide_beside",
 ]
@@ -199,6 +210,11 @@ def concluding_round_table(logs: Sequence[Any]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- Figure 1
+#: Columns of :func:`figure1_cases` (its empty table when the release cannot give the cases).
+FIGURE1_COLUMNS: tuple[str, ...] = ("case", "qid", "question", "gold", "consensus", "correct", "kappa", "n_kept",
+                                     "rse", "reanswers", "claim")
+
+
 def figure1_cases(cell: Any, arm: str = "counter_evidence") -> pd.DataFrame:
     """The two unanimous cases of Figure 1, chosen deterministically from the probe records.
 
@@ -255,6 +271,23 @@ def certification_inputs(cells: Sequence[Any]) -> pd.DataFrame:
     df["a1"] = [first_round_agreement(log) for log in logs]
     df["cell"] = role
     return df
+
+
+def uncertifiable(table: pd.DataFrame) -> str | None:
+    """Why the paper's stratified rule cannot certify a :func:`certification_inputs` table, or None.
+
+    The rule needs a score for every S1 and S2 question (§3.3); an S1 question has none without
+    its counter-evidence probe record and round-1 NLI record (:func:`scoring.stratum_scores`).
+    Certification never drops such questions silently: the notebooks show this reason instead."""
+    need = table["stratum"].isin(["S1", "S2"]).to_numpy()
+    bad = need & table["score"].isna().to_numpy()
+    if not bad.any():
+        return None
+    s1 = table["stratum"].to_numpy() == "S1"
+    no_k = int((s1 & table["kappa"].isna().to_numpy()).sum()) if "kappa" in table else 0
+    no_r = int((s1 & table["rse"].isna().to_numpy()).sum()) if "rse" in table else 0
+    return (f"{int(bad.sum())} of {int(need.sum())} S1/S2 questions have no certification score "
+            f"({no_k} unanimous questions without a counter-evidence probe record, {no_r} without a round-1 NLI record)")
 
 
 # --------------------------------------------------------------------------- Theorem 1 audit
@@ -358,7 +391,9 @@ def certification_arms(table: pd.DataFrame, full_stream_score: pd.Series | None,
     * ``stratified_ltt_a1``: the certification control, first-round agreement in S1 and S2 (§4.1);
     * ``stratified_ltt_augmented``: the paper's rule with ``extra_cal`` (the n = 875 in-domain
       augmentation, release cells of role ``augment``) added to every calibration half.
-    Columns: ``arm`` then those of :func:`certify.summarize`.
+    The two paper-rule arms are left out when :func:`uncertifiable` says the release cannot score
+    its unanimous layer (no probe or NLI records). Columns: ``arm`` then those of
+    :func:`certify.summarize`.
     """
     st = table["stratum"].to_numpy(dtype=str)
     err = table["error"].to_numpy(dtype=bool)
@@ -369,11 +404,13 @@ def certification_arms(table: pd.DataFrame, full_stream_score: pd.Series | None,
         fs = full_stream_score.loc[table.index].to_numpy(dtype=float)
         for arm, method in (("naive_quantile", "naive"), ("global_ltt", "global")):
             frames.append(C.summarize(C.repeated_splits(fs, err, st, method=method, **kw)).assign(arm=arm))
-    frames.append(C.summarize(C.repeated_splits(table["score"].to_numpy(dtype=float), err, st, **kw))
-                  .assign(arm="stratified_ltt"))
+    paper_rule = uncertifiable(table) is None
+    if paper_rule:
+        frames.append(C.summarize(C.repeated_splits(table["score"].to_numpy(dtype=float), err, st, **kw))
+                      .assign(arm="stratified_ltt"))
     frames.append(C.summarize(C.repeated_splits(table["a1"].to_numpy(dtype=float), err, st, **kw))
                   .assign(arm="stratified_ltt_a1"))
-    if extra_cal is not None and len(extra_cal):
+    if paper_rule and extra_cal is not None and len(extra_cal) and uncertifiable(extra_cal) is None:
         x = (extra_cal["score"].to_numpy(dtype=float), extra_cal["error"].to_numpy(dtype=bool),
              extra_cal["stratum"].to_numpy(dtype=str))
         frames.append(C.summarize(C.repeated_splits(table["score"].to_numpy(dtype=float), err, st, extra_cal=x, **kw))
@@ -395,3 +432,127 @@ def certification_long(summary: pd.DataFrame) -> pd.DataFrame:
                          "quantity": q, "value": float(v), "n_splits": int(r.n_splits),
                          "n_certified": int(r.n_certified)})
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- any release
+# The book renders from any release written to DESIGN 2.7 (notebooks/README.md): parameters
+# left at None select from what the release has, and a table whose inputs the release lacks
+# is replaced by a visible note while its files are still written (empty, with its columns).
+def _paper_order(values: Iterable[str], order: Sequence[str]) -> list[str]:
+    vals = list(dict.fromkeys(values))
+    known = [v for v in order if v in vals]
+    return known + [v for v in vals if v not in order]
+
+
+def pick_backbone(rel: Any, backbone: str | None = None) -> str:
+    """The backbone a notebook shows: ``backbone`` when given (it must be in the release), else
+    the paper's primary backbone when the release has it, else the release's first backbone."""
+    from probeguard_core.paper import BACKBONES
+
+    have = list(rel.backbones)
+    if backbone is not None:
+        if backbone not in have:
+            raise ValueError(f"backbone={backbone!r}: release {rel.name!r} has no main cell for it; it has {have}")
+        return backbone
+    if not have:
+        raise ValueError(f"release {rel.name!r} has no main cell")
+    return _paper_order(have, BACKBONES)[0]
+
+
+def pick_backbones(rel: Any, backbones: Sequence[str] | None = None) -> list[str]:
+    """``backbones`` that the release has (in the given order), or with None every backbone of
+    the release (the paper's order first, then the release's)."""
+    from probeguard_core.paper import BACKBONES
+
+    if backbones is None:
+        return _paper_order(rel.backbones, BACKBONES)
+    return [b for b in dict.fromkeys(backbones) if b in rel.backbones]
+
+
+def _datasets_of(rel: Any, backbone: str | None) -> list[str]:
+    return list(dict.fromkeys(c.dataset for c in rel.main_cells() if backbone in (None, c.backbone)))
+
+
+def pick_dataset(rel: Any, dataset: str | None = None, backbone: str | None = None) -> str:
+    """The benchmark a single-cell notebook shows: ``dataset`` when given (the release must have
+    it for ``backbone``), else the first of the paper's benchmarks (MedQA first) that the release
+    has for ``backbone``, else the release's first benchmark for it."""
+    from probeguard_core.paper import DATASETS
+
+    have = _datasets_of(rel, backbone)
+    if dataset is not None:
+        if dataset not in have:
+            raise ValueError(f"dataset={dataset!r}: release {rel.name!r} has no main cell for it with backbone "
+                             f"{backbone!r}; it has {have}")
+        return dataset
+    if not have:
+        raise ValueError(f"release {rel.name!r} has no main cell for backbone {backbone!r}")
+    return _paper_order(have, DATASETS)[0]
+
+
+def pick_datasets(rel: Any, datasets: Sequence[str] | None = None, backbone: str | None = None,
+                  design: Sequence[str] | None = None) -> list[str]:
+    """The benchmarks a multi-cell notebook shows for ``backbone`` (None: every backbone).
+
+    ``datasets`` given: those the release has, in the given order. None: the paper's benchmarks
+    of this table (``design``) that the release has, then every benchmark of the release that the
+    paper does not use at all (a release's own benchmark is never dropped); when that leaves none,
+    every benchmark the release has. Without ``design``: every benchmark, the paper's order first.
+    """
+    from probeguard_core.paper import DATASETS
+
+    have = _datasets_of(rel, backbone)
+    if datasets is not None:
+        return [d for d in dict.fromkeys(datasets) if d in have]
+    if design is None:
+        return _paper_order(have, DATASETS)
+    chosen = [d for d in design if d in have] + [d for d in have if d not in DATASETS]
+    return chosen or _paper_order(have, DATASETS)
+
+
+def note(text: str, title: str = "Not in this release") -> Any:
+    """A visible note (an admonition in the book) that replaces a table or figure whose inputs
+    the release does not have, e.g. ``note("this release has no probe records for X; Table 6
+    needs them")``."""
+    import html
+
+    from IPython.display import HTML
+
+    text = text[:1].upper() + text[1:]
+    return HTML(f'<div class="admonition note probeguard-missing"><p class="admonition-title">{html.escape(title)}</p>'
+                f"<p>{html.escape(text)}</p></div>")
+
+
+def placeholder_figure(text: str, figsize: tuple[float, float] = (6.0, 2.2)) -> Any:
+    """A matplotlib figure that only says why the real one is absent (so its PNG/SVG exist)."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.axis("off")
+    ax.text(0.5, 0.5, "\n".join(textwrap.wrap(text, 70)), ha="center", va="center", fontsize=10,
+            transform=ax.transAxes, color="dimgray")
+    return fig
+
+
+def empty_table(columns: Sequence[str], numeric: Sequence[str] = ("value",)) -> pd.DataFrame:
+    """An empty table with the given columns (``numeric`` ones float, the rest object), written in
+    place of a table whose inputs the release lacks."""
+    return pd.DataFrame({c: pd.Series(dtype=float if c in numeric else object) for c in columns})
+
+
+#: How the notes name each artifact of a cell (DESIGN 2.1-2.4).
+ARTIFACT_NAMES: dict[str, str] = {"logs": "execution logs", "probe": "probe records", "nli": "NLI records",
+                                  "self_report": "self-reports"}
+
+
+def absent_note(cells: Sequence[Any], needs: Mapping[str, str]) -> Any:
+    """One visible :func:`note` listing, for each artifact kind of ``needs`` (``{"probe": "Table 6"}``),
+    the cells of the release without it and what it is needed for; ``None`` when nothing is absent."""
+    lines = []
+    for kind, what in needs.items():
+        lack = [c.label for c in cells if not c.has(kind)]
+        if lack:
+            lines.append(f"this release has no {ARTIFACT_NAMES.get(kind, kind)} for {', '.join(lack)} (needed for {what})")
+    return note(". ".join(s[0].upper() + s[1:] for s in lines) + ".") if lines else None

@@ -22,7 +22,7 @@ import pandas as pd
 from probeguard_core import SEED
 from probeguard_core import certify as C
 from probeguard_core import metrics as M
-from probeguard_core.analysis import certification_inputs, figure1_cases, layer_discrimination
+from probeguard_core.analysis import certification_inputs, empty_table, figure1_cases, layer_discrimination
 from probeguard_core.baselines import signal_table
 from probeguard_core.claims import CUES, MAX_CLAIMS, TAIL, extract_claims, split_sentences, strip_answer_tags
 from probeguard_core.features import feature_table, is_correct, stratum
@@ -136,7 +136,8 @@ def unanimous_layer_table(cells: Iterable[Any], signals: Sequence[str] = LAYER_T
         for r in ld.itertuples(index=False):
             rows.append({**base, "quantity": "auroc", "signal": r.signal, "value": r.value, "n": r.n,
                          "n_defined": r.n_defined, "unit": "auroc"})
-    return pd.DataFrame(rows)
+    cols = ["backbone", "dataset", "stratum", "quantity", "signal", "value", "n", "n_defined", "unit"]
+    return pd.DataFrame(rows, columns=cols) if rows else empty_table(cols, numeric=["value", "n", "n_defined"])
 
 
 def flip_rates(cells: Iterable[Any], arm: str = "counter_evidence", level: float = 0.95) -> pd.DataFrame:
@@ -164,7 +165,8 @@ def flip_rates(cells: Iterable[Any], arm: str = "counter_evidence", level: float
             rows.append({"backbone": cell.backbone, "dataset": cell.dataset, "arm": arm, "stratum": "S1",
                          "quantity": quantity, "k": k, "n": n, "value": k / n if n else math.nan,
                          "ci_low": lo, "ci_high": hi, "keep_auroc": keep_auc})
-    return pd.DataFrame(rows)
+    cols = ["backbone", "dataset", "arm", "stratum", "quantity", "k", "n", "value", "ci_low", "ci_high", "keep_auroc"]
+    return pd.DataFrame(rows, columns=cols) if rows else empty_table(cols, numeric=cols[5:])
 
 
 # --------------------------------------------------------------------------- Table 6 (Appendix G)

@@ -5,8 +5,9 @@
 1. Reads ``notebooks/registry.yml`` (the notebooks in the paper's order) and checks that it
    agrees with ``notebooks/*.md`` and ``_toc.yml``.
 2. Converts each ``notebooks/<name>.md`` (jupytext MyST) to a notebook and executes it with
-   papermill in parallel (``--jobs`` processes, kernel ``python3`` of this interpreter),
-   injecting ``release``, ``output_dir = book/_generated/<name>`` and ``--params-json``.
+   papermill in parallel (``--jobs`` processes, kernel ``python3`` of this interpreter, the
+   heaviest notebooks by registry ``weight`` first, BLAS / OpenMP pools at one thread unless
+   set), injecting ``release``, ``output_dir = book/_generated/<name>`` and ``--params-json``.
 3. Tags papermill's injected-parameters cell ``remove-cell`` so the book hides it and writes
    the executed notebook to ``book/_generated/<name>.ipynb``.
 4. Runs ``jupyter-book build . -W -n --keep-going`` (execution is off in ``_config.yml``)
@@ -26,8 +27,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -37,6 +39,7 @@ import yaml
 
 __all__ = [
     "BuildError",
+    "KERNEL_THREAD_VARS",
     "NotebookEntry",
     "NotebookResult",
     "build_book",
@@ -105,6 +108,7 @@ class NotebookEntry:
     chapter: str
     test_params: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
+    weight: float = 0.0  # measured cold run time (s): the parallel build starts the heaviest first
 
     @property
     def source(self) -> Path:
@@ -112,7 +116,7 @@ class NotebookEntry:
 
 
 def load_registry(root: Path | None = None) -> list[NotebookEntry]:
-    """Read ``notebooks/registry.yml`` (a list of ``{name, chapter, test_params, outputs}``)."""
+    """Read ``notebooks/registry.yml`` (a list of ``{name, chapter, test_params, outputs, weight}``)."""
     root = root or repo_root()
     path = root / REGISTRY
     if not path.is_file():
@@ -125,7 +129,7 @@ def load_registry(root: Path | None = None) -> list[NotebookEntry]:
     for i, item in enumerate(data):
         if not isinstance(item, dict) or not {"name", "chapter"} <= set(item):
             raise BuildError(f"{path}: entry {i} needs at least 'name' and 'chapter'")
-        unknown = set(item) - {"name", "chapter", "test_params", "outputs"}
+        unknown = set(item) - {"name", "chapter", "test_params", "outputs", "weight"}
         if unknown:
             raise BuildError(f"{path}: entry {i} ({item['name']}): unknown field(s) {sorted(unknown)}")
         name = str(item["name"])
@@ -138,7 +142,10 @@ def load_registry(root: Path | None = None) -> list[NotebookEntry]:
         outs = item.get("outputs") or []
         if not isinstance(outs, list) or not all(isinstance(o, str) for o in outs):
             raise BuildError(f"{path}: entry {name}: outputs must be a list of file names")
-        entries.append(NotebookEntry(name, str(item["chapter"]), dict(tp), tuple(outs)))
+        weight = item.get("weight", 0.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            raise BuildError(f"{path}: entry {name}: weight must be a non-negative number of seconds, got {weight!r}")
+        entries.append(NotebookEntry(name, str(item["chapter"]), dict(tp), tuple(outs), float(weight)))
     return entries
 
 
@@ -221,6 +228,26 @@ def _hide_injected(nb: Any) -> None:
             cell["metadata"]["tags"] = [*tags, "remove-cell"]
 
 
+#: Thread pools of the kernels' numerical libraries: one thread each unless the user set them.
+#: The build already runs ``--jobs`` kernels side by side; BLAS / OpenMP pools on top of that
+#: oversubscribe the cores (scikit-learn's many small fits run ~20x slower on a shared 2-core machine).
+KERNEL_THREAD_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def _kernel_env() -> Iterator[None]:
+    """Set :data:`KERNEL_THREAD_VARS` to 1 where unset while a kernel starts (it inherits the
+    environment); restore the environment afterwards."""
+    added = [v for v in KERNEL_THREAD_VARS if v not in os.environ]
+    for v in added:
+        os.environ[v] = "1"
+    try:
+        yield
+    finally:
+        for v in added:
+            os.environ.pop(v, None)
+
+
 def execute_notebook(
     source: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -243,17 +270,18 @@ def execute_notebook(
     error = ""
     try:
         nb = _read_source(source)
-        pm.execute_notebook(
-            nb,
-            str(output),
-            parameters=parameters,
-            kernel_name=KERNEL,
-            cwd=str(cwd or repo_root()),
-            progress_bar=False,
-            log_output=False,
-            execution_timeout=timeout_s,
-            report_mode=False,
-        )
+        with _kernel_env():
+            pm.execute_notebook(
+                nb,
+                str(output),
+                parameters=parameters,
+                kernel_name=KERNEL,
+                cwd=str(cwd or repo_root()),
+                progress_bar=False,
+                log_output=False,
+                execution_timeout=timeout_s,
+                report_mode=False,
+            )
     except pm.PapermillExecutionError as exc:
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
     except Exception as exc:  # a setup failure (bad source, kernel did not start)
@@ -304,6 +332,10 @@ def run_notebooks(
         p = {"release": str(rel_path), **(params or {}), **((per_notebook or {}).get(e.name, {}))}
         p["output_dir"] = str(gen / e.name)
         tasks.append((str(root / e.source), str(gen / f"{e.name}.ipynb"), p, str(root)))
+    # Heaviest first (registry ``weight``, stable): the pool then finishes sooner (longest-processing-time
+    # order); results are still returned in registry order.
+    weight = {e.name: e.weight for e in entries}
+    tasks.sort(key=lambda t: -weight[Path(t[0]).stem])
     results: dict[str, NotebookResult] = {}
     if jobs <= 1 or len(tasks) == 1:
         for t in tasks:

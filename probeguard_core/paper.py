@@ -42,6 +42,7 @@ __all__ = [
     "ENV_VAR",
     "FAMILIES",
     "KEY_COLUMNS",
+    "RELEASE_KEYS",
     "SIGNALS",
     "STRATA",
     "UNITS",
@@ -280,17 +281,35 @@ def _mask(frame: pd.DataFrame, column: str, wanted: Any) -> pd.Series:
     return mask
 
 
-def reported(**filters: Any) -> pd.DataFrame:
+#: Key columns whose values come from a release (its backbones, benchmarks, specialty labels):
+#: with ``missing_ok`` a value the paper never reports selects nothing instead of raising.
+RELEASE_KEYS: tuple[str, ...] = ("backbone", "dataset", "specialty")
+
+
+def reported(*, missing_ok: bool = False, **filters: Any) -> pd.DataFrame:
     """The paper's reported numbers, optionally filtered (``data/paper/reported.csv``).
 
     Each keyword names a column (``source``, ``backbone``, ``dataset``, ``quantity``,
     ``signal``, ``arm``, ``stratum``, ``alpha``, ``specialty``, ``dropped_family``, ``round``,
     ``unit``, ...) and gives a value or a list of values; ``None`` selects rows where the
     column is not applicable; ``table=2`` is short for ``source="Table 2"``.  A column or a
-    key that the table does not know raises :class:`ValueError` (typos never select nothing).
+    key that the table does not know raises :class:`ValueError` (typos never select nothing),
+    except, with ``missing_ok=True``, a ``backbone``, ``dataset`` or ``specialty`` value the paper
+    never reports (a release's own model or benchmark): it selects no row.
     """
     selected = _normalise_filters(filters)
     frame = load_reported()
+    if missing_ok:
+        for column in RELEASE_KEYS:
+            if column not in selected:
+                continue
+            wanted = selected[column]
+            values = list(wanted) if isinstance(wanted, (list, tuple, set, frozenset)) else [wanted]
+            known = set(frame[column]) | set(_VOCAB.get(column, ()))
+            kept = [v for v in values if v is None or str(v) == "" or str(v) in known]
+            if not kept:
+                return frame.iloc[0:0].reset_index(drop=True)
+            selected[column] = kept
     mask = pd.Series(True, index=frame.index)
     for column, wanted in selected.items():
         mask &= _mask(frame, column, wanted)
@@ -341,7 +360,8 @@ def beside_paper(
     a number; ``filters`` narrow the paper's rows first (as in :func:`reported`), e.g.
     ``source="Table 2", quantity="auroc"``.  After filtering, the paper's rows must be unique
     on ``on``, else :class:`ValueError`.  Every row of ``ours`` is kept, in order; where the
-    paper reports nothing, ``paper`` and ``diff`` are NaN.  When ``ours`` has no ``unit``
+    paper reports nothing (including a ``backbone`` / ``dataset`` filter the paper never ran),
+    ``paper`` and ``diff`` are NaN.  When ``ours`` has no ``unit``
     column one is added (the matched paper row's unit, else the filtered rows' single unit, else '').
     """
     if not isinstance(ours, pd.DataFrame):
@@ -362,7 +382,7 @@ def beside_paper(
         if added in ours.columns:
             raise ValueError(f"ours already has a column {added!r}")
 
-    paper = reported(**filters)
+    paper = reported(missing_ok=True, **filters)  # a backbone / benchmark the paper never ran: no paper value
     keys = pd.DataFrame({c: _join_key(paper[c], c) for c in on})
     duplicated = keys.duplicated(keep=False)
     if duplicated.any():
