@@ -34,9 +34,9 @@ from probeguard_core.features import (
     stratum,
     terminal_agreement,
 )
-from probeguard_core.logs import NLIRecord, ProbeRecord, QuestionLog, SelfReport, check_probe_consensus
-from probeguard_core.probe import keep_rate
-from probeguard_core.rse import rationale_semantic_entropy
+from probeguard_core.logs import NLIRecord, ProbeRecord, QuestionLog, SelfReport
+from probeguard_core.probe import keep_rates
+from probeguard_core.rse import first_round_rse
 
 __all__ = [
     "SIGNALS",
@@ -132,21 +132,8 @@ def signal_table(
             if r.qid in sr:
                 raise ValueError(f"self_reports: duplicate record for qid={r.qid!r}")
             sr[r.qid] = r
-    rse: dict[str, float] = {}
-    for r in nli or ():
-        if r.qid in known and r.round == 1:
-            if r.qid in rse:
-                raise ValueError(f"nli: duplicate record for qid={r.qid!r} round=1")
-            rse[r.qid] = rationale_semantic_entropy(r.entailment)
-    kappa: dict[str, float] = {}
-    if probe is not None:
-        recs = [r for r in probe if r.arm == arm]
-        check_probe_consensus(recs, logs, path=f"<probe arm={arm}>")
-        for r in recs:
-            if r.qid in known:
-                if r.qid in kappa:
-                    raise ValueError(f"probe: duplicate record for qid={r.qid!r} arm={arm!r}")
-                kappa[r.qid] = keep_rate(r.reanswers, r.consensus)
+    rse = first_round_rse(nli, known)
+    kappa = keep_rates(probe, logs, arm) if probe is not None else {}
 
     def _opt(v: float | None) -> float:
         return math.nan if v is None else float(v)

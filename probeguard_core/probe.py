@@ -14,9 +14,9 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from probeguard_core.logs import Candidate, ProbeRecord
+from probeguard_core.logs import Candidate, ProbeRecord, QuestionLog, check_probe_consensus
 
-__all__ = ["is_flipped", "keep_rate", "probe_table"]
+__all__ = ["is_flipped", "keep_rate", "keep_rates", "probe_table"]
 
 
 def _answers(reanswers: Sequence[Candidate | str | None], consensus: str) -> list[str | None]:
@@ -85,3 +85,24 @@ def probe_table(records: Iterable[ProbeRecord]) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=cols)
     df = df.astype({"n": "int64", "kappa": "float64", "flipped": "bool"})
     return df.set_index(["qid", "arm"])
+
+
+def keep_rates(
+    records: Iterable[ProbeRecord], logs: Sequence[QuestionLog], arm: str = "counter_evidence"
+) -> dict[str, float]:
+    """kappa (Eq. 4) per qid of ``logs`` for one probe ``arm``.
+
+    Each record's consensus must be its log's unanimous first-round answer
+    (:func:`probeguard_core.logs.check_probe_consensus`); records for qids outside ``logs`` are
+    ignored; two records for one (qid, arm) raise ``ValueError``.
+    """
+    known = {log.qid for log in logs}
+    recs = [r for r in records if r.arm == arm]
+    check_probe_consensus(recs, logs, path=f"<probe arm={arm}>")
+    kappa: dict[str, float] = {}
+    for r in recs:
+        if r.qid in known:
+            if r.qid in kappa:
+                raise ValueError(f"probe: duplicate record for qid={r.qid!r} arm={arm!r}")
+            kappa[r.qid] = keep_rate(r.reanswers, r.consensus)
+    return kappa

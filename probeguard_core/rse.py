@@ -16,11 +16,19 @@ Sign conventions differ, and this is deliberate:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["entailment_clusters", "hard_se_score", "hard_semantic_entropy", "rationale_semantic_entropy"]
+from probeguard_core.logs import NLIRecord
+
+__all__ = [
+    "entailment_clusters",
+    "first_round_rse",
+    "hard_se_score",
+    "hard_semantic_entropy",
+    "rationale_semantic_entropy",
+]
 
 
 def _as_matrix(E: Sequence[Sequence[float]] | np.ndarray, name: str = "E") -> np.ndarray:
@@ -101,3 +109,19 @@ def hard_semantic_entropy(E: Sequence[Sequence[float]] | np.ndarray, threshold: 
 def hard_se_score(E: Sequence[Sequence[float]] | np.ndarray, threshold: float = 0.5) -> float:
     """``-hard_semantic_entropy(E)``: the hard-clustering signal as a confidence score (higher = more confident)."""
     return -hard_semantic_entropy(E, threshold) + 0.0
+
+
+def first_round_rse(nli: Iterable[NLIRecord] | None, qids: Iterable[str]) -> dict[str, float]:
+    """RSE (Eq. 3) of each question's round-1 NLI record, for the given ``qids``.
+
+    The unanimous-layer score uses round 1 (the layer stops there).  Records of other qids or
+    rounds are ignored; two round-1 records for one qid raise ``ValueError``.
+    """
+    known = set(qids)
+    rse: dict[str, float] = {}
+    for r in nli or ():
+        if r.round == 1 and r.qid in known:
+            if r.qid in rse:
+                raise ValueError(f"nli: duplicate record for qid={r.qid!r} round=1")
+            rse[r.qid] = rationale_semantic_entropy(r.entailment)
+    return rse

@@ -40,9 +40,9 @@ from probeguard_core.features import (
     stratum,
     trajectory_agreement,
 )
-from probeguard_core.logs import NLIRecord, ProbeRecord, QuestionLog, check_probe_consensus
-from probeguard_core.probe import keep_rate
-from probeguard_core.rse import rationale_semantic_entropy
+from probeguard_core.logs import NLIRecord, ProbeRecord, QuestionLog
+from probeguard_core.probe import keep_rates
+from probeguard_core.rse import first_round_rse
 
 __all__ = [
     "drop_family_ablation",
@@ -206,20 +206,8 @@ def stratum_scores(
         if log.qid in seen:
             raise ValueError(f"logs[{i}]: duplicate qid {log.qid!r}")
         seen.add(log.qid)
-    kappa: dict[str, float] = {}
-    if probe_records is not None:
-        recs = [r for r in probe_records if r.arm == arm]
-        check_probe_consensus(recs, logs, path=f"<probe arm={arm}>")
-        for r in recs:
-            if r.qid in kappa:
-                raise ValueError(f"probe: duplicate record for qid={r.qid!r} arm={arm!r}")
-            kappa[r.qid] = keep_rate(r.reanswers, r.consensus)
-    rse: dict[str, float] = {}
-    for r in nli or ():
-        if r.round == 1 and r.qid in seen:
-            if r.qid in rse:
-                raise ValueError(f"nli: duplicate record for qid={r.qid!r} round=1")
-            rse[r.qid] = rationale_semantic_entropy(r.entailment)
+    kappa = keep_rates(probe_records, logs, arm) if probe_records is not None else {}
+    rse = first_round_rse(nli, seen)
     df = pd.DataFrame(
         {
             "dataset": [log.dataset for log in logs],

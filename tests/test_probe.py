@@ -98,3 +98,22 @@ def test_keep_rate_properties(answers):
         assert not is_flipped(answers, "A")
     if k == 0:
         assert is_flipped(answers, "A")
+
+
+def test_keep_rates_per_qid_checks_consensus_and_duplicates():
+    from helpers import make_log, make_probe
+
+    from probeguard_core.logs import LogFormatError, ProbeRecord, QuestionLog
+    from probeguard_core.probe import keep_rates
+
+    logs = [QuestionLog.model_validate(make_log([["A"] * 4], qid=q)) for q in ("q1", "q2")]
+    recs = [ProbeRecord.model_validate(make_probe(["A", "A", "B", None], qid="q1")),
+            ProbeRecord.model_validate(make_probe(["A"] * 4, qid="q9")),  # not in logs: ignored
+            ProbeRecord.model_validate(make_probe(["B"] * 4, qid="q2", arm="neutral_instruction"))]
+    assert keep_rates(recs, logs) == {"q1": 0.5}
+    assert keep_rates(recs, logs, arm="neutral_instruction") == {"q2": 0.0}
+    with pytest.raises(ValueError, match="duplicate record for qid='q1'"):
+        keep_rates(recs[:1] * 2, logs)
+    wrong = ProbeRecord.model_validate(make_probe(["B"] * 4, qid="q1", consensus="B"))
+    with pytest.raises(LogFormatError, match="consensus: 'B' differs"):
+        keep_rates([wrong], logs)

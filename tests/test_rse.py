@@ -112,3 +112,19 @@ def test_rse_properties(E, rnd):
     assert rationale_semantic_entropy(E[np.ix_(perm, perm)]) == pytest.approx(r)  # claim order irrelevant
     h = hard_semantic_entropy(E)
     assert 0.0 <= h <= math.log(n) + 1e-12
+
+
+def test_first_round_rse_reads_round_one_of_known_qids():
+    from helpers import make_nli
+
+    from probeguard_core.logs import NLIRecord
+    from probeguard_core.rse import first_round_rse
+
+    E = [[1.0, 0.8, 0.2], [0.6, 1.0, 0.4], [0.9, 0.1, 1.0]]
+    recs = [NLIRecord.model_validate(make_nli(claims=["a", "b", "c"], entailment=E, qid="q1")),
+            NLIRecord.model_validate(make_nli(claims=["a", "b"], entailment=[[1, 0], [0, 1]], qid="q1", round=2)),
+            NLIRecord.model_validate(make_nli(qid="q7"))]
+    # mean of min(E01,E10)=0.6, min(E02,E20)=0.2, min(E12,E21)=0.1
+    assert first_round_rse(recs, ["q1", "q2"]) == {"q1": pytest.approx(0.3)}
+    with pytest.raises(ValueError, match="duplicate record for qid='q1' round=1"):
+        first_round_rse([recs[0], recs[0]], ["q1"])
