@@ -1,19 +1,20 @@
 """``probeguard`` command line: one sub-command module per concern.
 
 Each module in :data:`SUBCOMMAND_MODULES` exposes ``register(subparsers)`` adding its commands;
-every command's handler returns an exit code.  Bad input raises :class:`LogFormatError` or
-:class:`UsageError`, printed as one clear line with a non-zero exit (never a traceback).
+every command's handler returns an exit code.  Bad input raises a ``ValueError``
+(:class:`~probeguard_core.logs.LogFormatError`, :class:`UsageError`, ...) or an ``OSError``,
+printed as one clear line with exit code 2 (set ``PROBEGUARD_DEBUG=1`` for the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from probeguard_core import __version__
-from probeguard_core.logs import LogFormatError
 
 #: Modules contributing sub-commands (pipeline stages, certification, simulator, ...).
 SUBCOMMAND_MODULES = (
@@ -53,7 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except (LogFormatError, UsageError) as exc:
+    except (ValueError, OSError) as exc:
+        # LogFormatError, ReleaseError, DeployError and UsageError are ValueErrors; OSError covers
+        # unreadable inputs and unwritable outputs. PROBEGUARD_DEBUG=1 shows the traceback.
+        if os.environ.get("PROBEGUARD_DEBUG"):
+            raise
         print(f"probeguard {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
