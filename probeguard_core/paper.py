@@ -35,19 +35,23 @@ from probeguard_core.logs import LogFormatError
 
 __all__ = [
     "ARMS",
+    "ARM_LABELS",
     "BACKBONES",
     "BACKBONE_LABELS",
     "COLUMNS",
     "DATASETS",
+    "DATASET_LABELS",
     "ENV_VAR",
     "FAMILIES",
     "KEY_COLUMNS",
     "RELEASE_KEYS",
     "SIGNALS",
+    "SIGNAL_LABELS",
     "STRATA",
     "UNITS",
     "approaches",
     "beside_paper",
+    "display_label",
     "format_beside",
     "load_reported",
     "paper_dir",
@@ -407,10 +411,15 @@ def _fmt(x: Any, unit: str, signed: bool, decimals: int, pct_decimals: int, perc
         return "–"
     x = float(x)
     sign = "+" if signed else ""
+    scale, places = (100.0, pct_decimals) if unit == "fraction" and percent else (1.0, decimals)
+    if round(scale * x, places) == 0:
+        x = 0.0  # no "-0.000": a difference that rounds to zero reads +0.000
     if unit == "fraction" and percent:
         return f"{100 * x:{sign}.{pct_decimals}f}" + (" pp" if signed else "%")
     if unit in ("count", "tokens", "seconds") and float(x).is_integer():
         return f"{x:{sign}.0f}"
+    if unit in ("tokens", "seconds"):  # medians of whole numbers: at most one decimal is meaningful
+        return f"{x:{sign}.1f}"
     return f"{x:{sign}.{decimals}f}"
 
 
@@ -419,7 +428,8 @@ def format_beside(df: pd.DataFrame, value_col: str = "value", *, unit: str | Non
     """A display copy of a :func:`beside_paper` frame: numbers as strings, NaN as '–'.
 
     Fractions show as percentages (``13.4%``; differences in percentage points, ``+1.2 pp``),
-    AUROC / AURC / correlations with ``decimals`` decimals, counts as integers.  The unit of a
+    AUROC / AURC / correlations with ``decimals`` decimals, counts as integers, seconds and
+    tokens as integers or with one decimal.  The unit of a
     row comes from ``unit`` if given, else the frame's ``unit`` column, else its ``quantity``
     column (:func:`unit_of`), else plain decimals.
     """
@@ -439,6 +449,50 @@ def format_beside(df: pd.DataFrame, value_col: str = "value", *, unit: str | Non
             out[column] = [_fmt(x, u, signed, decimals, pct_decimals, percent)
                            for x, u in zip(df[column], units)]
     return out
+
+
+#: Display names of the benchmarks (tables and figures only; files keep the keys).
+DATASET_LABELS: dict[str, str] = {
+    "medqa": "MedQA", "mmlu_pro_med": "MMLU-Pro med", "medmcqa": "MedMCQA", "medxpertqa": "MedXpertQA",
+    "pooled": "pooled",
+}
+#: Display names of signals whose key is not plain words (§3.2, §4.3, §5.1).
+SIGNAL_LABELS: dict[str, str] = {
+    "rse": "RSE", "keep_rate": "keep rate κ", "rse_keep": "z(κ) + z(RSE)",
+    "rse_keep_logprob": "z(κ) + z(RSE) + z(log-prob)", "p_true": "P(True)", "hard_se": "hard SE",
+    "sequence_logprob": "sequence log-prob",
+}
+#: Display names of arms (Table 6 probe arms, §4.4 certification arms, Table 7 swap).
+ARM_LABELS: dict[str, str] = {
+    "counter_evidence": "counter-evidence", "irrelevant_docs": "irrelevant documents",
+    "naive_quantile": "naive quantile", "global_ltt": "global LTT", "stratified_ltt": "stratified LTT",
+    "stratified_ltt_a1": "stratified LTT, a₁ control", "stratified_ltt_augmented": "stratified LTT, augmented",
+    "gbt_classifier": "GBT classifier",
+}
+
+
+def display_label(column: str, value: Any) -> str:
+    """How a key value reads in a displayed table (never in a file): backbones by the paper's
+    short label, benchmarks by name, signals / arms / quantities in words, alpha with two
+    decimals; an empty stratum is the pooled stream (``all``); anything else as it is."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return "all" if column == "stratum" else "–"
+    if column == "alpha":
+        return f"{float(value):.2f}"
+    if column in ("round", "n_cal") and isinstance(value, (int, float, np.integer, np.floating)):
+        return str(int(value)) if float(value).is_integer() else str(value)
+    text = str(value)
+    if column == "backbone":
+        return BACKBONE_LABELS.get(text, text)
+    if column == "dataset":
+        return DATASET_LABELS.get(text, text)
+    if column == "signal":
+        return SIGNAL_LABELS.get(text, text.replace("_", " "))
+    if column == "arm":
+        return ARM_LABELS.get(text, text.replace("_", " "))
+    if column in ("quantity", "variant"):
+        return {"auroc": "AUROC", "aurc": "AURC"}.get(text, text.replace("_", " "))
+    return text
 
 
 # --------------------------------------------------------------------------------------------

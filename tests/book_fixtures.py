@@ -30,12 +30,13 @@ def small_release(base: Path) -> Path:
 
 
 def book_copy(dest: Path) -> Path:
-    """Copy what a book build reads (config, toc, pyproject, prose chapters, notebooks) to ``dest``."""
+    """Copy what a book build reads (config, toc, pyproject, prose chapters, CSS, notebooks) to ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("_config.yml", "_toc.yml", "pyproject.toml"):
         shutil.copy2(REPO / name, dest / name)
-    for folder, pattern in (("book", "*.md"), ("notebooks", "*.md"), ("notebooks", "registry.yml")):
-        (dest / folder).mkdir(exist_ok=True)
+    for folder, pattern in (("book", "*.md"), ("book/_static", "*.css"), ("notebooks", "*.md"),
+                            ("notebooks", "registry.yml")):
+        (dest / folder).mkdir(parents=True, exist_ok=True)
         for p in (REPO / folder).glob(pattern):
             shutil.copy2(p, dest / folder / p.name)
     return dest

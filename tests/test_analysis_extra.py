@@ -1,4 +1,5 @@
-"""Tests of probeguard_core.analysis_extra (the table builders of §4.3, §5.1, App. C, G-K, what-if).
+"""Tests of the table builders of §4.3, §5.1, App. C, G-K and the what-if chapter in
+probeguard_core.analysis (merged from the former analysis_extra module).
 
 A small hand-built cell (helpers.make_log / make_probe / make_nli) gives numbers that are
 worked out by hand or cross-checked against the core and reference libraries.
@@ -17,10 +18,9 @@ from helpers import make_log, make_nli, make_probe, make_self_report
 from sklearn.metrics import roc_auc_score
 from statsmodels.stats.proportion import proportion_confint
 
-from probeguard_core import analysis_extra as AX
+from probeguard_core import analysis as AX
 from probeguard_core import certify as C
 from probeguard_core import logs as L
-from probeguard_core.analysis import certification_inputs
 from probeguard_core.claims import extract_claims
 
 BACKBONE = "Qwen/Qwen3-8B"
@@ -189,7 +189,7 @@ def test_specialty_breakdown_whole_layer_matches_repeated_splits(cell: FakeCell)
     assert t8.attrs["omitted"] == sorted(k for k, v in counts.items() if v < 9)
     whole = t8[t8["specialty"] == "(whole layer)"].iloc[0]
     assert whole["n_unanimous"] == N_S1 and whole["unanimous_error"] == pytest.approx(6 / 30)
-    df = certification_inputs([cell])
+    df = AX.certification_inputs([cell])
     rs = C.repeated_splits(df["score"].to_numpy(float), df["error"].to_numpy(bool), df["stratum"].to_numpy(str),
                            alphas=[alpha], n_splits=n_splits, seed=7)
     s = C.summarize(rs)
@@ -282,3 +282,102 @@ def test_whatif_coverage_small() -> None:
     assert (w["n_population"] == 60).all() and (w["base_error"] <= 1).all()
     with pytest.raises(ValueError, match="cal_sizes"):
         AX.whatif_coverage([0.05], [0], n_population=10, n_draws=2)
+
+
+# --------------------------------------------------------------------------- display helpers
+def _beside_frame() -> pd.DataFrame:
+    from probeguard_core.paper import beside_paper
+
+    ours = pd.DataFrame({
+        "backbone": BACKBONE,
+        "dataset": ["medqa", "medqa", "medqa", "mmlu_pro_med"],
+        "stratum": "S1",
+        "quantity": ["unanimous_share", "n_unanimous", "auroc", "auroc"],
+        "signal": ["", "", "rse", "rse"],
+        "value": [0.6123, 17.0, 0.6004, np.nan],
+    })
+    return beside_paper(ours, on=["backbone", "dataset", "quantity", "signal"], source="§4.3")
+
+
+def test_wide_beside_has_ours_paper_delta_subcolumns_formatted_by_unit() -> None:
+    from probeguard_core.paper import reported_value
+
+    b = _beside_frame()
+    sty = AX.wide_beside(b, index=["quantity", "signal"], columns=["dataset"])
+    wide = sty.data
+    assert wide.columns.nlevels == 2
+    assert list(wide.columns) == [("MedQA", "ours"), ("MedQA", "paper"), ("MedQA", "Δ"),
+                                  ("MMLU-Pro med", "ours"), ("MMLU-Pro med", "paper"), ("MMLU-Pro med", "Δ")]
+    share = wide.loc[("unanimous share", "")]
+    p_share = reported_value(source="§4.3", quantity="unanimous_share", backbone=BACKBONE, dataset="medqa")
+    assert share[("MedQA", "ours")] == "61.2%"
+    assert share[("MedQA", "paper")] == f"{100 * p_share:.1f}%"
+    assert share[("MedQA", "Δ")] == f"{100 * (0.6123 - p_share):+.1f} pp"
+    assert wide.loc[("n unanimous", ""), ("MedQA", "ours")] == "17"  # a count, not "17.000"
+    auc = wide.loc[("AUROC", "RSE")]
+    assert auc[("MedQA", "ours")] == "0.600"
+    assert auc[("MMLU-Pro med", "ours")] == "–" and auc[("MMLU-Pro med", "Δ")] == "–"
+    assert wide.loc[("n unanimous", ""), ("MMLU-Pro med", "ours")] == "–"  # no such row: a dash
+    html = sty.to_html()
+    assert 'class="probeguard-table probeguard-beside"' in html
+    for cls in ("pg-ours", "pg-paper", "pg-diff"):
+        assert cls in html
+    assert AX.wide_beside(b, index=["quantity", "signal"], columns=["dataset"]).to_html() == html  # reproducible ids
+    with pytest.raises(ValueError, match="share their"):
+        AX.wide_beside(b, index=["signal"], columns=["dataset"])
+    with pytest.raises(ValueError, match="not a column"):
+        AX.wide_beside(b, index=["nope"], columns=["dataset"])
+    # the numbers themselves are untouched
+    assert b["value"].iloc[0] == 0.6123
+
+
+def test_display_helpers_accept_an_empty_table() -> None:
+    """A release without the inputs gives an empty table: it still renders (header only)."""
+    e = pd.DataFrame({c: pd.Series(dtype=object) for c in ("arm", "quantity")}
+                     | {c: pd.Series(dtype=float) for c in ("value", "paper", "diff", "n")})
+    assert "probeguard-beside" in AX.wide_beside(e, index=["arm"], columns=["quantity"]).to_html()
+    assert AX.long_beside(e, keys=["arm", "quantity"], extra=["n"]).data.empty
+    assert AX.styled(e).data.empty
+
+
+def test_wide_beside_keeps_rows_with_an_empty_key() -> None:
+    """The pooled stream (stratum None) is a row of its own ('all'), never dropped by the pivot."""
+    long = pd.DataFrame({"arm": "global_ltt", "stratum": [None, "S1"], "alpha": 0.15, "quantity": "certified_coverage",
+                         "value": [0.5, 0.25], "paper": np.nan, "diff": np.nan})
+    wide = AX.wide_beside(long, index=["arm", "stratum"], columns=["alpha"]).data
+    assert list(wide.index) == [("global LTT", "all"), ("global LTT", "S1")]
+    assert list(wide[("0.15", "ours")]) == ["50.0%", "25.0%"]
+
+
+def test_long_beside_and_styled_format_for_reading() -> None:
+    b = _beside_frame().assign(k=[3, 4, 5, 6], ci_low=[0.1, 0.2, 0.3, np.nan])
+    t = AX.long_beside(b, keys=["dataset", "quantity"], extra=["k", "ci_low"], extra_units={"ci_low": "fraction"}).data
+    assert list(t.columns) == ["dataset", "quantity", "ours", "paper", "Δ", "k", "ci_low"]
+    assert t["k"].tolist() == ["3", "4", "5", "6"] and t["ci_low"].tolist() == ["10.0%", "20.0%", "30.0%", "–"]
+    with pytest.raises(ValueError, match="not a column"):
+        AX.long_beside(b, keys=["nope"])
+    df = pd.DataFrame({"dataset": ["medqa", "x_bench"], "n": [17.0, 3.0], "auc": [1.0, 0.61234], "ok": [True, False],
+                       "share": [0.5, np.nan]})
+    s = AX.styled(df, units={"share": "fraction"}, index=False)
+    assert s.data["dataset"].tolist() == ["MedQA", "x_bench"]
+    assert s.data["n"].tolist() == ["17", "3"] and s.data["auc"].tolist() == ["1.000", "0.612"]
+    assert s.data["ok"].tolist() == ["yes", "no"] and s.data["share"].tolist() == ["50.0%", "–"]
+    assert 'class="probeguard-table"' in s.to_html()
+    rows = AX.styled(pd.DataFrame({"quantity": ["rationales", "share"], "value": [240.0, 0.25]}),
+                     row_units=["count", "fraction"], labels=False)
+    assert rows.data["value"].tolist() == ["240", "25.0%"]
+    with pytest.raises(ValueError, match="row_units"):
+        AX.styled(pd.DataFrame({"value": [1.0]}), row_units=["count", "count"])
+
+
+def test_display_label() -> None:
+    from probeguard_core.paper import display_label
+
+    assert display_label("backbone", BACKBONE) == "Qwen3-8B"
+    assert display_label("backbone", "org/own-model") == "org/own-model"
+    assert display_label("dataset", "mmlu_pro_med") == "MMLU-Pro med"
+    assert display_label("signal", "rse_keep") == "z(κ) + z(RSE)" and display_label("signal", "answer_entropy") == "answer entropy"
+    assert display_label("arm", "stratified_ltt") == "stratified LTT"
+    assert display_label("quantity", "auroc") == "AUROC" and display_label("quantity", "realized_risk") == "realized risk"
+    assert display_label("alpha", 0.1) == "0.10"
+    assert display_label("stratum", None) == "all" and display_label("dataset", None) == "–"

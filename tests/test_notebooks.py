@@ -90,8 +90,9 @@ def test_same_release_gives_byte_identical_csvs(release: Path, tmp_path: Path) -
 
 def test_a_failing_notebook_is_named_with_its_error(tmp_path: Path) -> None:
     src = tmp_path / "broken.md"
-    src.write_text((REPO / "notebooks" / "table1_fig1.md").read_text().split("```{code-cell} ipython3\nimport")[0]
-                   + "```{code-cell} ipython3\nraise ValueError('boom in the notebook')\n```\n")
+    text = (REPO / "notebooks" / "table1_fig1.md").read_text()
+    head = text[: text.index("```\n", text.index(":tags: [parameters]")) + 4]  # up to the parameters cell
+    src.write_text(head + "\n```{code-cell} ipython3\nraise ValueError('boom in the notebook')\n```\n")
     res = bb.execute_notebook(src, tmp_path / "broken.ipynb", {"release": "x", "output_dir": str(tmp_path)}, cwd=REPO)
     assert not res.ok and res.name == "broken"
     assert "ValueError: boom in the notebook" in res.error
