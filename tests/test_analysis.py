@@ -1,5 +1,5 @@
-"""Tests of the table builders of §4.3, §5.1, App. C, G-K and the what-if chapter in
-probeguard_core.analysis: the table builders the notebooks share.
+"""Tests of probeguard_core.analysis: the table builders of §4.3, §5.1, App. C, G-K and the
+what-if chapter that the notebooks share.
 
 A small hand-built cell (helpers.make_log / make_probe / make_nli) gives numbers that are
 worked out by hand or cross-checked against the core and reference libraries.
