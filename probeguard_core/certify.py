@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.stats import binom
 
 from probeguard_core import SEED
+from probeguard_core.metrics import as_binary, as_scores
 
 __all__ = [
     "DEFAULT_GRID",
@@ -83,38 +84,9 @@ def _check_n_strata(n_strata: int) -> int:
     return int(n_strata)
 
 
-def _check_errors(errors: ArrayLike, name: str = "errors") -> NDArray[np.bool_]:
-    e = np.asarray(errors)
-    if e.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {e.shape}")
-    if e.dtype == np.bool_:
-        return e
-    if e.size and e.dtype.kind not in "iuf":
-        raise ValueError(f"{name} must be boolean or 0/1, got dtype {e.dtype}")
-    bad = ~np.isin(e, (0, 1))
-    if bad.any():
-        raise ValueError(f"{name} must be boolean or 0/1; {int(bad.sum())} value(s) are not, "
-                         f"e.g. {e[bad][0]!r}")
-    return e.astype(bool)
-
-
-def _check_scores(scores: ArrayLike, name: str = "scores") -> NDArray[np.float64]:
-    s = np.asarray(scores)
-    if s.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {s.shape}")
-    try:
-        s = s.astype(np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be numeric: {exc}") from exc
-    n_nan = int(np.isnan(s).sum())
-    if n_nan:
-        raise ValueError(f"{name} contain {n_nan} NaN value(s) out of {s.size}")
-    return s
-
-
 def _check_pair(scores: ArrayLike, errors: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-    s = _check_scores(scores)
-    e = _check_errors(errors)
+    s = as_scores(scores)
+    e = as_binary(errors, "errors")
     if s.size != e.size:
         raise ValueError(f"scores and errors differ in length: {s.size} != {e.size}")
     return s, e
@@ -329,7 +301,7 @@ def stratified_certify(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike, 
     ``delta / (|grid| * m)``, ``m = len(certified)``. Strata not in ``certified`` (S3) abstain;
     their scores are ignored and may be NaN. A certified stratum with no calibration question
     abstains."""
-    e_all = _check_errors(errors)
+    e_all = as_binary(errors, "errors")
     s_raw = np.asarray(scores, dtype=np.float64)
     if s_raw.ndim != 1 or s_raw.size != e_all.size:
         raise ValueError(f"scores must be 1-D with the length of errors ({e_all.size}), "
@@ -375,7 +347,7 @@ def _split_masks(n: int, n_splits: int, seed: int) -> NDArray[np.bool_]:
 
 def _prepare(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike, method: str,
              certified: tuple[str, ...], name: str = ""):
-    e = _check_errors(errors, f"{name}errors")
+    e = as_binary(errors, f"{name}errors")
     s = np.asarray(scores, dtype=np.float64)
     if s.ndim != 1 or s.size != e.size:
         raise ValueError(f"{name}scores must be 1-D with the length of {name}errors ({e.size}), "

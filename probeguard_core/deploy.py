@@ -111,6 +111,25 @@ def _paths(p: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None) 
     return [Path(x) for x in p]
 
 
+def _read_unique(paths: list[Path], read: Any, logs: list[L.QuestionLog], files: list[dict[str, str]],
+                 role: str, key: Any, describe: Any) -> list[Any] | None:
+    """Read ``paths`` with ``read(path, logs=logs)``; a record key seen in an earlier file is an error."""
+    if not paths:
+        return None
+    out: list[Any] = []
+    seen: dict[Any, Path] = {}
+    for p in paths:
+        recs = read(p, logs=logs)
+        for line, rec in enumerate(recs, start=1):
+            k = key(rec)
+            if k in seen:
+                raise L.LogFormatError(p, line, "qid", f"duplicate {describe(rec)} across files (also in {seen[k]})")
+            seen[k] = p
+        out += recs
+        files.append({"role": role, "path": str(p), "sha256": sha256_file(p)})
+    return out
+
+
 def load_inputs(
     logs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     probe: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
@@ -139,30 +158,10 @@ def load_inputs(
             first_file[rec.qid] = p
         all_logs.extend(recs)
         files.append({"role": "logs", "path": str(p), "sha256": sha256_file(p)})
-    probe_recs: list[L.ProbeRecord] | None = None
-    seen_probe: dict[tuple[str, str], Path] = {}
-    for p in _paths(probe):
-        recs = L.read_probe(p, logs=all_logs)
-        for line, rec in enumerate(recs, start=1):
-            key = (rec.qid, rec.arm)
-            if key in seen_probe:
-                raise L.LogFormatError(p, line, "qid", f"duplicate probe record qid={rec.qid!r}, arm={rec.arm!r} "
-                                       f"across files (also in {seen_probe[key]})")
-            seen_probe[key] = p
-        probe_recs = (probe_recs or []) + recs
-        files.append({"role": "probe", "path": str(p), "sha256": sha256_file(p)})
-    nli_recs: list[L.NLIRecord] | None = None
-    seen_nli: dict[tuple[str, int], Path] = {}
-    for p in _paths(nli):
-        recs = L.read_nli(p, logs=all_logs)
-        for line, rec in enumerate(recs, start=1):
-            key = (rec.qid, rec.round)
-            if key in seen_nli:
-                raise L.LogFormatError(p, line, "qid", f"duplicate NLI record qid={rec.qid!r}, round={rec.round} "
-                                       f"across files (also in {seen_nli[key]})")
-            seen_nli[key] = p
-        nli_recs = (nli_recs or []) + recs
-        files.append({"role": "nli", "path": str(p), "sha256": sha256_file(p)})
+    probe_recs = _read_unique(_paths(probe), L.read_probe, all_logs, files, "probe",
+                              lambda r: (r.qid, r.arm), lambda r: f"probe record qid={r.qid!r}, arm={r.arm!r}")
+    nli_recs = _read_unique(_paths(nli), L.read_nli, all_logs, files, "nli",
+                            lambda r: (r.qid, r.round), lambda r: f"NLI record qid={r.qid!r}, round={r.round}")
     return Inputs(all_logs, probe_recs, nli_recs, files)
 
 

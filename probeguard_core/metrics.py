@@ -20,39 +20,51 @@ from numpy.typing import ArrayLike, NDArray
 
 from probeguard_core import SEED
 
-__all__ = ["auroc", "aurc", "risk_coverage", "wilson_interval", "paired_bootstrap"]
+__all__ = ["as_binary", "as_scores", "auroc", "aurc", "paired_bootstrap", "risk_coverage", "wilson_interval"]
 
 
 # --------------------------------------------------------------------------- validation
+def as_scores(scores: ArrayLike, name: str = "scores") -> NDArray[np.float64]:
+    """A 1-D float array with no NaN (``ValueError`` naming ``name`` otherwise)."""
+    s = np.asarray(scores)
+    if s.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {s.shape}")
+    try:
+        s = s.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numeric: {exc}") from exc
+    n_nan = int(np.isnan(s).sum())
+    if n_nan:
+        raise ValueError(f"{name} contain {n_nan} NaN value(s) out of {s.size}; "
+                         "drop or impute them explicitly before calling")
+    return s
+
+
+def as_binary(values: ArrayLike, name: str) -> NDArray[np.bool_]:
+    """A 1-D boolean array from booleans or 0/1 (``ValueError`` naming ``name`` otherwise)."""
+    v = np.asarray(values)
+    if v.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {v.shape}")
+    if v.dtype == np.bool_:
+        return v
+    if v.size and v.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be boolean or 0/1, got dtype {v.dtype}")
+    bad = ~np.isin(v, (0, 1))
+    if bad.any():
+        raise ValueError(f"{name} must be boolean or 0/1; {int(bad.sum())} value(s) are not, "
+                         f"e.g. {v[bad][0]!r}")
+    return v.astype(bool)
+
+
 def _as_scores_correct(scores: ArrayLike, correct: ArrayLike, *, allow_empty: bool = False
                        ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
     """Validate and convert ``(scores, correct)``; raise ``ValueError`` naming the bad input."""
-    s = np.asarray(scores)
-    c = np.asarray(correct)
-    if s.ndim != 1:
-        raise ValueError(f"scores must be 1-D, got shape {s.shape}")
-    if c.ndim != 1:
-        raise ValueError(f"correct must be 1-D, got shape {c.shape}")
+    s = as_scores(scores)
+    c = as_binary(correct, "correct")
     if s.shape[0] != c.shape[0]:
         raise ValueError(f"scores and correct differ in length: {s.shape[0]} != {c.shape[0]}")
     if s.shape[0] == 0 and not allow_empty:
         raise ValueError("scores is empty: no questions to evaluate")
-    try:
-        s = s.astype(np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"scores must be numeric: {exc}") from exc
-    n_nan = int(np.isnan(s).sum())
-    if n_nan:
-        raise ValueError(f"scores contain {n_nan} NaN value(s) out of {s.shape[0]}; "
-                         "drop or impute them explicitly before calling")
-    if c.dtype != np.bool_:
-        if c.dtype.kind not in "iuf":
-            raise ValueError(f"correct must be boolean or 0/1, got dtype {c.dtype}")
-        bad = ~np.isin(c, (0, 1))
-        if bad.any():
-            raise ValueError(f"correct must be boolean or 0/1; {int(bad.sum())} value(s) are not, "
-                             f"e.g. {c[bad][0]!r}")
-        c = c.astype(bool)
     return s, c
 
 
