@@ -255,7 +255,9 @@ Per question (`probeguard_core/simulate/model.py`):
    documents (nested collapses);
 8. **NLI cache** for round 1 and the last round: claims by `probeguard_core.claims.extract_claims`;
    the entailment stand-in reads the claims and scores a pair high (Beta(9, 1.6)) when both cite a
-   common mechanism, low (Beta(1.4, 6)) otherwise;
+   common mechanism, low (Beta(1.4, 6)) otherwise, then shifts every pair of one question and
+   round by one shared logit offset (N(0, 1)), since an NLI model's errors correlate within the
+   claims of one question (the offset's size was fixed a priori, not fitted);
 9. **self-reports** (Qwen3-8B, MedQA and MMLU-Pro medicine only): verbalized confidence mostly
    80-95, P(True); both only weakly related to the state; **cost** per question (wall seconds,
    completion tokens) of Appendix J's magnitude.
