@@ -8,9 +8,15 @@ post-processing of sampled tokens, so the same work gives the same record shape:
 * :class:`TransformersEngine` - ``model.generate`` on CPU or GPU (what the tests use).
 
 Sampling is *pure temperature sampling* on both: ``top_k`` disabled (transformers: ``top_k=0``,
-so it is not silently top-50; vLLM: ``top_k=-1``) and ``top_p=1.0``, unless asked otherwise.
-Log-probabilities are those of the model's raw distribution (before temperature), as vLLM
-returns by default; a token's entropy is the entropy of its top-``k`` (20) log-probabilities
+so it is not silently top-50; vLLM: ``top_k=-1``, the "disabled" value every vLLM >= 0.8 accepts
+- recent releases also take 0, older ones reject it) and ``top_p=1.0``, unless asked otherwise.
+Nothing comes from the model's ``generation_config.json`` (Qwen3 ships top-k 20 / top-p 0.95,
+Qwen2.5 a repetition penalty of 1.05): vLLM's ``LLM.generate`` uses the ``SamplingParams``
+given as they are, and the transformers engine replaces the model's generation config by a
+neutral one (transformers 5 fills every unset field of a passed config from it).
+Log-probabilities are those of the model's raw distribution (before temperature), as the vLLM V1
+engine returns by default (``logprobs_mode="raw_logprobs"``); a token's entropy is the entropy
+of its top-``k`` (20) log-probabilities
 renormalized to sum to one (the substrate's ``scipy.stats.entropy(exp(top_logprobs))``).
 Tokens of a thinking block (up to the last ``</think>``) are excluded from ``text``,
 ``token_logprobs`` and ``token_entropies`` but counted in ``n_tokens``.
@@ -213,7 +219,7 @@ class TransformersEngine:
 
     def __post_init__(self) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
         self.name = str(self.model)
         if self.device is None:
@@ -232,6 +238,11 @@ class TransformersEngine:
         self._eos = eos
         pad = self.tokenizer.pad_token_id
         self._pad = eos[0] if pad is None else pad
+        # transformers 5 `_prepare_generation_config` fills every field left None in the config
+        # passed to `generate` from `model.generation_config` (i.e. generation_config.json:
+        # repetition_penalty, min_p, top_k, ...).  A neutral one keeps the sampling exactly the
+        # one asked for (same as vLLM with explicit SamplingParams).
+        self.lm.generation_config = GenerationConfig(eos_token_id=self._eos, pad_token_id=self._pad)
 
     def generate(self, prompts: Sequence[Messages], *, n: int, temperature: float, max_new_tokens: int,
                  seed: int | Sequence[int], logprobs: int | None = 20, enable_thinking: bool = False) -> list[list[Generation]]:
@@ -240,7 +251,8 @@ class TransformersEngine:
 
         seeds = _check_args(prompts, n, temperature, max_new_tokens, seed, logprobs)
         sample = temperature > 0
-        # a fresh config: nothing inherited from the model's generation_config.json
+        # a fresh config over the neutral model config set in __post_init__: nothing is
+        # inherited from the model's generation_config.json
         cfg = GenerationConfig(
             do_sample=sample,
             temperature=temperature if sample else None,
@@ -285,7 +297,18 @@ class TransformersEngine:
 @dataclass
 class VLLMEngine:
     """vLLM offline engine: ``LLM.generate`` over all prompts at once (batching across
-    questions), prefix caching on, optional tensor parallelism, one seed per request."""
+    questions), prefix caching on, optional tensor parallelism, one seed per request.
+
+    Prompts go in as token ids (``{"prompt_token_ids": ...}``, vLLM's ``TokensPrompt``) rendered
+    by the same chat template as the transformers engine, with one ``SamplingParams`` per prompt;
+    vLLM gives the ``n`` samples of a seeded request the seeds ``seed + i``.  ``max_logprobs``
+    (vLLM's engine limit, default 20) must be >= the ``logprobs`` asked for.
+
+    Reproducibility: per-request seeds fix the sampling noise, but vLLM's numerics depend on
+    batch composition; identical outputs need ``VLLM_BATCH_INVARIANT=1`` (batch-invariant
+    kernels) or, offline, ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (deterministic scheduling; then
+    vLLM's ``seed`` also seeds this process's global RNGs), same hardware and vLLM version.
+    """
 
     model: str
     tensor_parallel_size: int = 1
@@ -296,6 +319,7 @@ class VLLMEngine:
     top_k: int = 0
     top_p: float = 1.0
     trust_remote_code: bool = False
+    max_logprobs: int = 20
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     name: str = field(init=False)
 
@@ -314,6 +338,7 @@ class VLLMEngine:
             gpu_memory_utilization=self.gpu_memory_utilization,
             dtype=self.dtype,
             trust_remote_code=self.trust_remote_code,
+            max_logprobs=self.max_logprobs,
             seed=SEED,
         )
         if self.max_model_len is not None:
@@ -328,6 +353,8 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         seeds = _check_args(prompts, n, temperature, max_new_tokens, seed, logprobs)
+        if logprobs is not None and logprobs > self.max_logprobs:
+            raise ValueError(f"logprobs={logprobs} exceeds max_logprobs={self.max_logprobs}; raise VLLMEngine(max_logprobs=...)")
         params = [
             SamplingParams(
                 n=n, temperature=temperature, top_k=(self.top_k if self.top_k > 0 else -1), top_p=self.top_p,
@@ -338,15 +365,21 @@ class VLLMEngine:
         requests = [{"prompt_token_ids": render_chat(self.tokenizer, m, enable_thinking)} for m in prompts]
         results = self.llm.generate(requests, params, use_tqdm=False)
         out: list[list[Generation]] = []
+        if len(results) != len(requests):
+            raise RuntimeError(f"vLLM returned {len(results)} outputs for {len(requests)} prompts")
         for res in results:
             gens = []
-            for comp in res.outputs:
+            # LLM.generate returns finished requests (FINAL_ONLY); order the n samples by index
+            for comp in sorted(res.outputs, key=lambda c: c.index):
                 ids = list(comp.token_ids)
                 sampled = tops = None
                 if logprobs is not None:
+                    if comp.logprobs is None or len(comp.logprobs) != len(ids):
+                        got = None if comp.logprobs is None else len(comp.logprobs)
+                        raise RuntimeError(f"vLLM returned {got} per-token log-prob entries for {len(ids)} tokens")
                     sampled, tops = [], []
                     for k, tok in enumerate(ids):
-                        pos = comp.logprobs[k]  # {token_id: Logprob}; top-k plus the sampled token
+                        pos = comp.logprobs[k]  # {token_id: Logprob(logprob, rank, decoded_token)}: top-k + sampled
                         sampled.append(float(pos[tok].logprob))
                         best = sorted(pos.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:logprobs]
                         tops.append([(tid, float(lp.logprob)) for tid, lp in best])

@@ -2,15 +2,21 @@
 
 The substrate is a per-question loop (rounds depend on earlier rounds), so the unit of
 parallelism is a *shard of questions*: Ray Data maps shards onto a pool of actors
-(``map_batches`` with a callable class, ``concurrency`` = number of model replicas,
-``num_gpus`` = tensor-parallel size per replica); each actor holds one
+(``map_batches`` with a callable class, ``compute=ActorPoolStrategy(size=replicas)``, one GPU
+per actor or a placement group of ``tensor_parallel_size`` GPUs); each actor holds one
 :class:`~probeguard_core.pipeline.engines.VLLMEngine` (which batches the questions of its shard)
 and runs :func:`~probeguard_core.pipeline.substrate.run_substrate` into its own resumable part
 file.  :func:`merge_parts` then writes the parts in the input question order.
 
 Because every question's seeds derive from ``(seed, qid)``, the sharding does not change any
-question's result: with a deterministic engine the merged file equals a single-process run.
+question's seeds: with a deterministic engine the merged file equals a single-process run
+(vLLM is one only with ``VLLM_BATCH_INVARIANT=1``; see :class:`VLLMEngine`).
 Re-submitting the same job resumes every shard where it stopped.
+
+Ray's own ``ray.data.llm`` (``vLLMEngineProcessorConfig`` + ``build_processor``, called
+``build_llm_processor`` before Ray 2.5x) is a single map of prompts through an engine; the
+substrate's later rounds depend on earlier rounds' answers and on retrieval, so a shard runs
+the whole per-question loop inside one actor instead.
 
 Usage (on a Ray cluster with the ``gpu`` extra installed)::
 
@@ -99,8 +105,11 @@ def run_substrate_ray(questions: Sequence[Any], *, out: str | Path, model: str, 
                       replicas: int = 1, tensor_parallel_size: int = 1, shards: int | None = None,
                       batch_size: int = 64, reproducible: bool = False) -> Path:
     """Run the substrate on a Ray cluster: ``replicas`` vLLM actors, each on ``tensor_parallel_size`` GPUs."""
+    if replicas < 1 or tensor_parallel_size < 1:
+        raise ValueError(f"replicas and tensor_parallel_size must be >= 1, got {replicas} and {tensor_parallel_size}")
     try:
         import ray
+        import ray.data
     except ImportError as exc:
         raise ValueError("Ray scale-out needs the 'gpu' extra: pip install 'probeguard_core[gpu]'") from exc
     n_shards = shards or replicas * 4
@@ -109,10 +118,14 @@ def run_substrate_ray(questions: Sequence[Any], *, out: str | Path, model: str, 
     for i, p in enumerate(parts):
         rows.append({"shard": i, "start": start, "stop": start + len(p)})
         start += len(p)
-    # as in vLLM's Ray Data batch-inference example: one GPU per actor, or a STRICT_PACK
-    # placement group of `tensor_parallel_size` GPUs captured by vLLM's own Ray workers
+    # one GPU per actor, or (tensor parallelism) a STRICT_PACK placement group per actor, made
+    # by `ray_remote_args_fn` (Ray PR #45143, written for vLLM with TP > 1; vLLM's former
+    # offline_inference/distributed.py example) and captured by vLLM's Ray workers
+    engine_kwargs: dict[str, Any] = {"tensor_parallel_size": tensor_parallel_size}
     resources: dict[str, Any] = {"num_gpus": 1}
     if tensor_parallel_size > 1:
+        # vLLM picks Ray inside a placement group anyway; say so rather than rely on it
+        engine_kwargs["engine_kwargs"] = {"distributed_executor_backend": "ray"}
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         def _strategy() -> dict[str, Any]:
@@ -125,10 +138,11 @@ def run_substrate_ray(questions: Sequence[Any], *, out: str | Path, model: str, 
         SubstrateShardWorker,
         fn_constructor_kwargs=dict(questions=list(questions), out=str(out), config=asdict(config), engine_kind="vllm",
                                    model=model, index=str(index), reranker=reranker,
-                                   engine_kwargs={"tensor_parallel_size": tensor_parallel_size},
+                                   engine_kwargs=engine_kwargs,
                                    batch_size=batch_size, reproducible=reproducible),
         batch_size=1,
-        concurrency=replicas,
+        # a fixed pool of `replicas` actors (`concurrency=` is deprecated since Ray 2.51)
+        compute=ray.data.ActorPoolStrategy(size=replicas),
         **resources,
     )
     ds.materialize()
