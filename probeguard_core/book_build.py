@@ -248,44 +248,91 @@ def _kernel_env() -> Iterator[None]:
             os.environ.pop(v, None)
 
 
-def execute_notebook(
-    source: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    parameters: dict[str, Any],
-    *,
-    cwd: str | os.PathLike[str] | None = None,
-    timeout_s: int = 900,
-) -> NotebookResult:
-    """Run one jupytext notebook with papermill; write the executed ``.ipynb`` to ``output``.
+def _ipc_kernel_manager() -> type:
+    """An ``AsyncKernelManager`` whose kernel talks over unix sockets in a private temporary
+    folder, so kernels started at once by parallel builds (and parallel test workers) never
+    race for the same TCP ports or socket names."""
+    import shutil
+    import tempfile
 
-    Never raises for a failing cell: the result carries ``ok=False`` and the error line
-    (``ExceptionName: message`` and the failing cell's number)."""
-    import nbformat
+    from jupyter_client import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self) -> str:
+            return "ipc"
+
+        @default("ip")
+        def _ip_default(self) -> str:
+            return os.path.join(tempfile.mkdtemp(prefix="probeguard-kernel-"), "k")
+
+        def cleanup_ipc_files(self) -> None:
+            super().cleanup_ipc_files()
+            shutil.rmtree(os.path.dirname(self.ip), ignore_errors=True)
+
+    return IPCKernelManager
+
+
+#: Errors after which a notebook is run once more on a fresh kernel (a lost kernel message or a
+#: dead kernel, not an error in the notebook's code).
+_RETRYABLE = ("CellTimeoutError", "DeadKernelError", "TimeoutError", "RuntimeError: Kernel died")
+
+
+def _run_papermill(source: Path, output: Path, parameters: dict[str, Any], cwd: Path, timeout_s: int) -> str:
+    """One papermill run of a freshly read source; returns "" on success, else the error line."""
     import papermill as pm
 
-    source, output = Path(source), Path(output)
-    name = source.stem
-    output.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    error = ""
+    nb = _read_source(source)
     try:
-        nb = _read_source(source)
         with _kernel_env():
             pm.execute_notebook(
                 nb,
                 str(output),
                 parameters=parameters,
                 kernel_name=KERNEL,
-                cwd=str(cwd or repo_root()),
+                cwd=str(cwd),
                 progress_bar=False,
                 log_output=False,
                 execution_timeout=timeout_s,
                 report_mode=False,
+                kernel_manager_class=_ipc_kernel_manager(),
             )
     except pm.PapermillExecutionError as exc:
-        error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
-    except Exception as exc:  # a setup failure (bad source, kernel did not start)
+        return f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    except Exception as exc:  # a setup failure (bad source, kernel did not start), a timeout
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def execute_notebook(
+    source: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    parameters: dict[str, Any],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: int = 600,
+) -> NotebookResult:
+    """Run one jupytext notebook with papermill; write the executed ``.ipynb`` to ``output``.
+
+    Never raises for a failing cell: the result carries ``ok=False`` and the error line
+    (``ExceptionName: message`` and the failing cell's number).  A cell that exceeds
+    ``timeout_s`` or a kernel that dies is retried once on a fresh kernel."""
+    import nbformat
+
+    source, output = Path(source), Path(output)
+    name = source.stem
+    output.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        _read_source(source)
+    except Exception as exc:  # a bad source is not worth a retry
         error = f"{type(exc).__name__}: {exc}"
+    else:
+        error = _run_papermill(source, output, parameters, Path(cwd or repo_root()), timeout_s)
+        if error.startswith(_RETRYABLE):
+            print(f"  {name}: {error.splitlines()[0]}; retrying once on a fresh kernel", flush=True)
+            error = _run_papermill(source, output, parameters, Path(cwd or repo_root()), timeout_s)
     wall = time.perf_counter() - t0
     if output.exists():
         executed = nbformat.read(output, as_version=4)
