@@ -311,18 +311,21 @@ def execute_notebook(
     parameters: dict[str, Any],
     *,
     cwd: str | os.PathLike[str] | None = None,
-    timeout_s: int = 600,
+    timeout_s: int | None = None,
 ) -> NotebookResult:
     """Run one jupytext notebook with papermill; write the executed ``.ipynb`` to ``output``.
 
     Never raises for a failing cell: the result carries ``ok=False`` and the error line
     (``ExceptionName: message`` and the failing cell's number).  A cell that exceeds
-    ``timeout_s`` or a kernel that dies is retried once on a fresh kernel."""
+    ``timeout_s`` (default: ``$PROBEGUARD_CELL_TIMEOUT`` or 600 s) or a kernel that dies is
+    retried once on a fresh kernel."""
     import nbformat
 
     source, output = Path(source), Path(output)
     name = source.stem
     output.parent.mkdir(parents=True, exist_ok=True)
+    if timeout_s is None:
+        timeout_s = int(os.environ.get("PROBEGUARD_CELL_TIMEOUT", "600"))
     t0 = time.perf_counter()
     try:
         _read_source(source)
