@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 WORDS = (
     "patient fever cough pain chest heart lung liver kidney blood pressure dose drug therapy "
@@ -113,16 +114,23 @@ def build_tiny_qwen3(folder: str | Path, hidden_size: int = 32, head_dim: int = 
     return folder
 
 
-def build_tiny_nli(folder: str | Path) -> Path:
-    """Tiny random DeBERTa-v2 3-way classifier with a NON-default label order."""
-    import torch
-    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, PreTrainedTokenizerFast
+def _wordpiece_fast_tokenizer() -> Any:
+    """The BERT-style fast tokenizer shared by the tiny NLI model and the tiny cross-encoder."""
+    from transformers import PreTrainedTokenizerFast
 
-    folder = Path(folder)
-    tok = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=_wordpiece_tokenizer(),
         cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]",
     )
+
+
+def build_tiny_nli(folder: str | Path) -> Path:
+    """Tiny random DeBERTa-v2 3-way classifier with a NON-default label order."""
+    import torch
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+    folder = Path(folder)
+    tok = _wordpiece_fast_tokenizer()
     id2label = {0: "NEUTRAL", 1: "ENTAILMENT", 2: "CONTRADICTION"}  # deliberately not MNLI's order
     config = DebertaV2Config(
         vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -140,13 +148,10 @@ def build_tiny_nli(folder: str | Path) -> Path:
 def build_tiny_cross_encoder(folder: str | Path) -> Path:
     """Tiny random BERT cross-encoder (one relevance logit)."""
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+    from transformers import BertConfig, BertForSequenceClassification
 
     folder = Path(folder)
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=_wordpiece_tokenizer(),
-        cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]",
-    )
+    tok = _wordpiece_fast_tokenizer()
     config = BertConfig(
         vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, max_position_embeddings=512, num_labels=1, pad_token_id=tok.pad_token_id,
