@@ -39,8 +39,8 @@ import yaml
 from probeguard_core.book.paths import BuildError, _root_from, repo_root, resolve, resolve_release  # noqa: F401
 
 __all__ = [
-    "BuildError",
     "KERNEL_THREAD_VARS",
+    "BuildError",
     "NotebookEntry",
     "NotebookResult",
     "build_book",
@@ -48,8 +48,8 @@ __all__ = [
     "execute_notebook",
     "load_registry",
     "main",
-    "repo_root",
     "read_source",
+    "repo_root",
     "resolve",
     "resolve_release",
     "run_notebooks",
