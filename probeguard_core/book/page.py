@@ -47,13 +47,16 @@ def parameters_html(params: Mapping[str, Any]) -> str:
             f"<p>{items.strip()}</p></details>")
 
 
-@dataclass
+@dataclass(repr=False)
 class Page:
     """What a page's cells use: the loaded ``release``, its writer ``out`` and its parameters."""
 
     release: Any
     out: Outputs
     params: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # the plain-text twin of the banner: no build-machine path
+        return f"Release {self.release.name} ({self.release.provenance})"
 
     def _repr_html_(self) -> str:
         return provenance_banner(self.release).data + parameters_html(self.params)

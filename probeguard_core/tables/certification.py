@@ -29,8 +29,8 @@ from probeguard_core.tables.display import empty_table
 from probeguard_core.tables.protocols import CellLike, ReleaseLike
 
 __all__ = [
-    "certification_arms", "certification_inputs", "certification_long", "specialty_breakdown",
-    "uncertifiable",
+    "Figure4", "SUMMARY_COLUMNS", "at_alphas", "certification_arms", "certification_inputs",
+    "certification_long", "figure4", "specialty_breakdown", "stratified_summary", "uncertifiable",
 ]
 
 

@@ -21,6 +21,7 @@ from probeguard_core.paper import UNITS, display_label, format_beside
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
+    "show_notes",
     "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "TABLE_CLASS", "absent_note",
     "empty_table", "long_beside", "note", "placeholder_figure", "styled", "wide_beside",
 ]
@@ -286,3 +287,12 @@ def styled(df: pd.DataFrame, *, units: str | Mapping[str, str] | None = None,
     if not index:
         sty.hide(axis="index")
     return sty
+
+
+def show_notes(texts: Sequence[str], title: str = "Not in this release") -> None:
+    """Display one :func:`note` per text (nothing when ``texts`` is empty): what a builder
+    reports the release lacks, so a notebook never branches on it."""
+    from IPython.display import display
+
+    for text in texts:
+        display(note(text, title))
