@@ -430,3 +430,23 @@ def test_certify_owns_the_even_split_and_the_bonferroni_level() -> None:
     assert [None if np.isnan(g) else g for g in got] == want
     with pytest.raises(ValueError, match="2-D"):
         C.resampled_thresholds(s[0], e[0], 0.2)
+
+
+def test_compare_tables_finds_every_difference(tmp_path) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("compare_tables", Path(__file__).resolve().parents[1] / "tools"
+                                                  / "compare_tables.py")
+    ct = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ct)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a / "nb", b / "nb"):
+        d.mkdir(parents=True)
+        (d / "t.csv").write_text("x\n1\n")
+        (d / "results.json").write_text("{}\n")
+    assert ct.compare(a, b) == [] and ct.main([str(a), str(b)]) == 0
+    (b / "nb" / "t.csv").write_text("x\n2\n")
+    (a / "nb" / "only.csv").write_text("y\n")
+    assert ct.compare(a, b) == [f"only in {a}: nb/only.csv", "differs: nb/t.csv"]
+    assert ct.main([str(a), str(b)]) == 1

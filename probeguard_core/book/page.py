@@ -55,6 +55,22 @@ class Page:
     out: Outputs
     params: dict[str, Any] = field(default_factory=dict)
 
+    def figure(self, name: str, fig: Any) -> None:
+        """Write ``fig`` as ``<name>.png`` / ``.svg``, glue it under ``name`` for the page's
+        numbered, captioned ``{glue:figure}``, and close it (so it is not also shown raw)."""
+        import matplotlib.pyplot as plt
+        from myst_nb import glue
+
+        self.out.figure(name, fig)
+        glue(name, fig, display=False)
+        plt.close(fig)
+
+    def glue(self, name: str, value: Any) -> None:
+        """A value quoted in the page's prose (``{glue:text}`name```): computed here, never typed."""
+        from myst_nb import glue
+
+        glue(name, value, display=False)
+
     def __repr__(self) -> str:  # the plain-text twin of the banner: no build-machine path
         return f"Release {self.release.name} ({self.release.provenance})"
 

@@ -31,8 +31,9 @@ NAMES: dict[str, str] = {
         "ablation_table", "claim_examples", "claim_rule_summary", "cost_table", "explain_claims",
     ], "appendices"),
     **dict.fromkeys([
-        "layer_certification_means", "release_layer_certificate", "theorem1_resampled",
-        "theorem1_synthetic", "violation_upper_bound", "whatif_coverage",
+        "WhatIf", "layer_certification_means", "release_layer_certificate",
+        "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
+        "whatif_coverage",
     ], "audits"),
     **dict.fromkeys([
         "beside_sources", "check_entry", "value_at",
@@ -41,15 +42,10 @@ NAMES: dict[str, str] = {
         "FIGURE1_COLUMNS", "case_details", "figure1_cases",
     ], "cases"),
     **dict.fromkeys([
-        "Figure4", "SUMMARY_COLUMNS", "at_alphas", "certification_arms", "certification_inputs",
-        "certification_long", "figure4", "specialty_breakdown", "stratified_summary",
-        "uncertifiable",
+        "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8",
+        "at_alphas", "certification_arms", "certification_inputs", "certification_long",
+        "figure4", "specialty_breakdown", "stratified_summary", "table8", "uncertifiable",
     ], "certification"),
-    **dict.fromkeys([
-        "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "agreement_by_round",
-        "concluding_round_table", "discrimination", "layer_discrimination",
-        "risk_coverage_curves",
-    ], "signals"),
     **dict.fromkeys([
         "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "TABLE_CLASS", "absent_note",
         "empty_table", "long_beside", "note", "placeholder_figure", "show_notes", "styled",
@@ -64,6 +60,11 @@ NAMES: dict[str, str] = {
     **dict.fromkeys([
         "cell_scores", "defined_metric", "flip_rows", "rse_keep_score", "s1_correct",
     ], "scores"),
+    **dict.fromkeys([
+        "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "agreement_by_round",
+        "concluding_round_table", "discrimination", "layer_discrimination",
+        "risk_coverage_curves",
+    ], "signals"),
     **dict.fromkeys([
         "CONTROL_ARMS", "LAYER_TABLE_SIGNALS", "flip_rates", "hard_soft_scores",
         "hard_soft_table", "layer_scores", "probe_arm_table", "unanimous_layer_table",

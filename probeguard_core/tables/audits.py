@@ -5,6 +5,8 @@ error rate. Every draw is certified by :func:`certify.resampled_thresholds`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -19,13 +21,13 @@ from probeguard_core.scoring import (
     unanimous_layer_score,
 )
 from probeguard_core.tables.certification import certification_inputs
-from probeguard_core.tables.protocols import CellLike
+from probeguard_core.tables.protocols import CellLike, ReleaseLike
 
 ArrayLikeF = Sequence[float] | NDArray[Any] | pd.Series
 
 __all__ = [
-    "layer_certification_means", "release_layer_certificate", "theorem1_resampled",
-    "theorem1_synthetic", "violation_upper_bound", "whatif_coverage",
+    "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_resampled",
+    "theorem1_synthetic", "violation_upper_bound", "whatif", "whatif_coverage",
 ]
 
 
@@ -161,3 +163,52 @@ def layer_certification_means(cell: CellLike, alpha: float = 0.15, n_splits: int
 
 #: The old name of :func:`layer_certification_means` (it returns means over splits, not a certificate).
 release_layer_certificate = layer_certification_means
+
+
+# --------------------------------------------------------------------------- the what-if page
+@dataclass
+class WhatIf:
+    """The what-if page (:func:`whatif`): the simulated coverage table ``coverage``, the release's
+    own certified layer ``observed`` (NaN where the release cannot certify it) and notes."""
+
+    cell: CellLike
+    backbone: str
+    dataset: str
+    why: str | None
+    observed: dict[str, float]
+    simulated_backbone: str
+    coverage: pd.DataFrame
+    notes: list[tuple[str, str]]
+
+
+def whatif(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None, alpha: float = 0.15,
+           error_rates: Sequence[float] = (0.05, 0.10, 0.15, 0.25), cal_sizes: Sequence[int] = (50, 100, 200, 400),
+           n_population: int = 600, n_splits: int = 50, n_draws: int = 50, seed: int = SEED) -> WhatIf:
+    """The what-if chapter from any release: :func:`whatif_coverage` on layers simulated from the
+    release's generative model (the primary backbone's when the simulator has none for this one),
+    beside the release's own layer certified as in §4.4 (:func:`layer_certification_means`; NaN
+    and a note when :func:`tables.certification.uncertifiable`)."""
+    from probeguard_core.paper import BACKBONES
+    from probeguard_core.tables.certification import uncertifiable
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    why = uncertifiable(certification_inputs([cell]))
+    notes = []
+    if why:
+        notes.append(("Not in this release",
+                      f"{cell.label}: {why}; the release's own certified layer (the red star) needs them."))
+        obs = {k: float("nan") for k in ("base_error", "n_layer", "n_cal", "coverage_mean", "risk_mean")} | {"alpha": alpha}
+    else:
+        obs = layer_certification_means(cell, alpha=alpha, n_splits=n_splits, seed=seed)
+    # The simulator's generative model covers the paper's three backbones; another backbone's what-if
+    # uses the primary one's (the release's own layer is still this backbone's).
+    sim_backbone = backbone if backbone in BACKBONES else BACKBONES[0]
+    if sim_backbone != backbone:
+        notes.append(("Simulated backbone", f"the simulator has no generative model for {backbone}; the simulated "
+                                            f"layers below use {sim_backbone}'s."))
+    wi = whatif_coverage(error_rates, cal_sizes, alpha=alpha, n_population=n_population, n_draws=n_draws, seed=seed,
+                         backbone=sim_backbone)
+    return WhatIf(cell, backbone, dataset, why, obs, sim_backbone, wi, notes)
