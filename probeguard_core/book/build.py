@@ -312,6 +312,10 @@ def execute_notebook(
     if output.exists():
         executed = nbformat.read(output, as_version=4)
         _hide_injected(executed)
+        pm_meta = executed.metadata.get("papermill", {})
+        for key in ("input_path", "output_path"):  # no build-machine path in the executed notebook
+            if isinstance(pm_meta.get(key), str) and pm_meta[key].startswith("/"):
+                pm_meta[key] = repo_relative(pm_meta[key], Path(cwd or repo_root()))
         nbformat.write(executed, output)
     return NotebookResult(name, not error, wall, output, error)
 

@@ -66,10 +66,13 @@ class Page:
         plt.close(fig)
 
     def glue(self, name: str, value: Any) -> None:
-        """A value quoted in the page's prose (``{glue:text}`name```): computed here, never typed."""
+        """A value quoted in the page's prose, computed here, never typed: a number for
+        ``{glue:text}`name:.3f```, a string (glued as Markdown, so without quotes) for
+        ``{glue:md}`name```."""
+        from IPython.display import Markdown
         from myst_nb import glue
 
-        glue(name, value, display=False)
+        glue(name, Markdown(value) if isinstance(value, str) else value, display=False)
 
     def __repr__(self) -> str:  # the plain-text twin of the banner: no build-machine path
         return f"Release {self.release.name} ({self.release.provenance})"

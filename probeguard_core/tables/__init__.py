@@ -47,9 +47,9 @@ NAMES: dict[str, str] = {
         "figure4", "specialty_breakdown", "stratified_summary", "table8", "uncertifiable",
     ], "certification"),
     **dict.fromkeys([
-        "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "TABLE_CLASS", "absent_note",
-        "empty_table", "long_beside", "note", "placeholder_figure", "show_notes", "styled",
-        "wide_beside",
+        "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "HEADER_WORDS", "TABLE_CLASS",
+        "absent_note", "empty_table", "header", "long_beside", "note", "placeholder_figure",
+        "show_notes", "styled", "wide_beside",
     ], "display"),
     **dict.fromkeys([
         "FONT", "plot_figure4",
@@ -61,9 +61,9 @@ NAMES: dict[str, str] = {
         "cell_scores", "defined_metric", "flip_rows", "rse_keep_score", "s1_correct",
     ], "scores"),
     **dict.fromkeys([
-        "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "agreement_by_round",
+        "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Tables23", "agreement_by_round",
         "concluding_round_table", "discrimination", "layer_discrimination",
-        "risk_coverage_curves",
+        "risk_coverage_curves", "tables_2_3",
     ], "signals"),
     **dict.fromkeys([
         "CONTROL_ARMS", "LAYER_TABLE_SIGNALS", "flip_rates", "hard_soft_scores",

@@ -5,10 +5,9 @@ error rate. Every draw is certified by :func:`certify.resampled_thresholds`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np

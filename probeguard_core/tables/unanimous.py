@@ -20,10 +20,10 @@ from probeguard_core.rse import hard_se_score, hard_semantic_entropy, rationale_
 from probeguard_core.scoring import (
     zscore,
 )
-from probeguard_core.tables.signals import layer_discrimination
 from probeguard_core.tables.display import empty_table
 from probeguard_core.tables.protocols import CellLike
 from probeguard_core.tables.scores import flip_rows, rse_keep_score, s1_correct
+from probeguard_core.tables.signals import layer_discrimination
 
 __all__ = [
     "CONTROL_ARMS", "LAYER_TABLE_SIGNALS", "flip_rates", "hard_soft_scores", "hard_soft_table",
