@@ -28,28 +28,30 @@ from typing import Any
 #: Which submodule defines each public name (checked by ``tests/test_analysis.py``).
 NAMES: dict[str, str] = {
     **dict.fromkeys([
-        "ablation_table", "claim_examples", "claim_rule_summary", "cost_table", "explain_claims",
+        "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "cost_table",
+        "explain_claims", "table7",
     ], "appendices"),
     **dict.fromkeys([
         "WhatIf", "layer_certification_means", "release_layer_certificate",
         "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
-        "whatif_coverage",
+        "whatif_coverage", "whatif_summary",
     ], "audits"),
     **dict.fromkeys([
         "beside_sources", "check_entry", "value_at",
     ], "beside"),
     **dict.fromkeys([
-        "FIGURE1_COLUMNS", "case_details", "figure1_cases",
+        "FIGURE1_COLUMNS", "Figure1", "case_details", "figure1", "figure1_cases",
     ], "cases"),
     **dict.fromkeys([
         "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8",
         "at_alphas", "certification_arms", "certification_inputs", "certification_long",
-        "figure4", "specialty_breakdown", "stratified_summary", "table8", "uncertifiable",
+        "figure4", "specialty_breakdown", "specialty_label_counts", "stratified_summary",
+        "table8", "uncertifiable",
     ], "certification"),
     **dict.fromkeys([
         "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "HEADER_WORDS", "TABLE_CLASS",
-        "absent_note", "empty_table", "header", "long_beside", "note", "placeholder_figure",
-        "show_notes", "styled", "wide_beside",
+        "absent_note", "absent_text", "empty_table", "header", "long_beside", "note",
+        "placeholder_figure", "show_notes", "styled", "wide_beside",
     ], "display"),
     **dict.fromkeys([
         "FONT", "plot_figure4",
@@ -61,9 +63,9 @@ NAMES: dict[str, str] = {
         "cell_scores", "defined_metric", "flip_rows", "rse_keep_score", "s1_correct",
     ], "scores"),
     **dict.fromkeys([
-        "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Tables23", "agreement_by_round",
-        "concluding_round_table", "discrimination", "layer_discrimination",
-        "risk_coverage_curves", "tables_2_3",
+        "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Table5", "Tables23",
+        "agreement_by_round", "concluding_round_table", "discrimination",
+        "layer_discrimination", "risk_coverage_curves", "table5", "tables_2_3",
     ], "signals"),
     **dict.fromkeys([
         "CONTROL_ARMS", "LAYER_TABLE_SIGNALS", "flip_rates", "hard_soft_scores",

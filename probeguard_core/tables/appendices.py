@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,10 +24,11 @@ from probeguard_core.scoring import (
     drop_family_ablation,
     process_score,
 )
-from probeguard_core.tables.protocols import CellLike
+from probeguard_core.tables.protocols import CellLike, ReleaseLike
 
 __all__ = [
-    "ablation_table", "claim_examples", "claim_rule_summary", "cost_table", "explain_claims",
+    "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "cost_table",
+    "explain_claims", "table7",
 ]
 
 
@@ -197,3 +199,33 @@ def claim_rule_summary(cell: CellLike) -> pd.DataFrame:
         rows.append({"quantity": "NLI cache claims reproduced by extract_claims",
                      "value": match / total if total else math.nan, "n": total})
     return pd.DataFrame(rows)
+
+
+@dataclass
+class Table7:
+    """The Table 7 page (:func:`table7`): the ablation beside the paper and its notes."""
+
+    backbone: str
+    datasets: list[str]
+    cells: list[CellLike]
+    table7: pd.DataFrame
+    notes: list[str]
+
+
+def table7(rel: ReleaseLike, datasets: Sequence[str] | None = None, backbone: str | None = None,
+           n_folds: int = 5, seed: int = SEED) -> Table7:
+    """Table 7 (Appendix H) from any release: :func:`ablation_table` on each benchmark of the
+    primary backbone, beside the paper; a note where the release has no NLI records (the
+    rationale family is then missing, imputed inside the folds with an indicator)."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.display import absent_text
+    from probeguard_core.tables.picking import pick_backbone, pick_datasets
+
+    backbone = pick_backbone(rel, backbone)
+    datasets = pick_datasets(rel, datasets, backbone, design=["medqa", "mmlu_pro_med", "medmcqa"])
+    cells = [rel.cell(d, backbone) for d in datasets]
+    why = absent_text(cells, {"nli": "the rationale family; its features are missing here, imputed inside the "
+                                     "folds with an indicator"})
+    t7 = pd.concat([ablation_table(c, n_folds=n_folds, seed=seed) for c in cells], ignore_index=True)
+    t7 = beside_paper(t7, on=["backbone", "dataset", "dropped_family", "arm"], source="Table 7")
+    return Table7(backbone, list(datasets), cells, t7, [why] if why else [])

@@ -26,7 +26,7 @@ ArrayLikeF = Sequence[float] | NDArray[Any] | pd.Series
 
 __all__ = [
     "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_resampled",
-    "theorem1_synthetic", "violation_upper_bound", "whatif", "whatif_coverage",
+    "theorem1_synthetic", "violation_upper_bound", "whatif", "whatif_coverage", "whatif_summary",
 ]
 
 
@@ -211,3 +211,18 @@ def whatif(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = 
     wi = whatif_coverage(error_rates, cal_sizes, alpha=alpha, n_population=n_population, n_draws=n_draws, seed=seed,
                          backbone=sim_backbone)
     return WhatIf(cell, backbone, dataset, why, obs, sim_backbone, wi, notes)
+
+
+def whatif_summary(coverage: pd.DataFrame, alpha: float) -> list[str]:
+    """One sentence per base error rate of a :func:`whatif_coverage` table: from which
+    calibration size half the draws certify, the best mean coverage and the violating draws."""
+    lines = []
+    for rate, part in coverage.groupby("base_error"):
+        best = part.loc[part["coverage_mean"].idxmax()]
+        first = part[part["certified_share"] >= 0.5]
+        side = "above" if rate > alpha else "at or below"
+        lines.append(f"base error {rate:.3f} ({side} α = {alpha}): certified in half the draws from n_cal = "
+                     f"{int(first['n_cal'].iloc[0]) if len(first) else 'none of the sizes tried'}; "
+                     f"best mean coverage {best['coverage_mean']:.3f} at n_cal = {int(best['n_cal'])}, "
+                     f"population risk {best['risk_mean']:.3f}; draws violating α: {int(part['violations'].sum())}")
+    return lines

@@ -31,7 +31,7 @@ from probeguard_core.tables.protocols import CellLike, ReleaseLike
 __all__ = [
     "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8", "at_alphas",
     "certification_arms", "certification_inputs", "certification_long", "figure4",
-    "specialty_breakdown", "stratified_summary", "table8", "uncertifiable",
+    "specialty_breakdown", "specialty_label_counts", "stratified_summary", "table8", "uncertifiable",
 ]
 
 
@@ -398,3 +398,13 @@ def table8(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = 
     long["unit"] = long["quantity"].map(TABLE8_QUANTITIES)
     long = beside_paper(long, on=["backbone", "dataset", "specialty", "quantity"], source="Table 8")
     return Table8(cell, backbone, dataset, t8, long, t8.attrs["omitted"], n_labelled, why, notes)
+
+
+def specialty_label_counts(cell: CellLike) -> pd.DataFrame:
+    """Appendix I's label counts of a cell: questions with a specialty label, and those of them
+    in the unanimous layer (quantities ``n_specialty_labelled``, ``n_specialty_unanimous``)."""
+    from probeguard_core.features import stratum
+
+    labelled = [g for g in cell.logs if g.specialty is not None]
+    return pd.DataFrame({"dataset": cell.dataset, "quantity": ["n_specialty_labelled", "n_specialty_unanimous"],
+                         "value": [len(labelled), sum(stratum(g) == "S1" for g in labelled)]})

@@ -21,7 +21,7 @@ from probeguard_core.paper import UNITS, display_label, format_beside
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
-    "HEADER_WORDS", "header", "show_notes",
+    "absent_text", "HEADER_WORDS", "header", "show_notes",
     "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "TABLE_CLASS", "absent_note",
     "empty_table", "long_beside", "note", "placeholder_figure", "styled", "wide_beside",
 ]
@@ -82,15 +82,21 @@ def empty_table(columns: Sequence[str], numeric: Sequence[str] = ("value",)) -> 
     return pd.DataFrame({c: pd.Series(dtype=float if c in numeric else object) for c in columns})
 
 
-def absent_note(cells: Sequence[CellLike], needs: Mapping[str, str]) -> Any:
-    """One visible :func:`note` listing, for each artifact kind of ``needs`` (``{"probe": "Table 6"}``),
-    the cells of the release without it and what it is needed for; ``None`` when nothing is absent."""
+def absent_text(cells: Sequence[CellLike], needs: Mapping[str, str]) -> str | None:
+    """For each artifact kind of ``needs`` (``{"probe": "Table 6"}``), the cells of the release
+    without it and what it is needed for, as one sentence; ``None`` when nothing is absent."""
     lines = []
     for kind, what in needs.items():
         lack = [c.label for c in cells if not c.has(kind)]
         if lack:
             lines.append(f"this release has no {ARTIFACT_NAMES.get(kind, kind)} for {', '.join(lack)} (needed for {what})")
-    return note(". ".join(s[0].upper() + s[1:] for s in lines) + ".") if lines else None
+    return ". ".join(s[0].upper() + s[1:] for s in lines) + "." if lines else None
+
+
+def absent_note(cells: Sequence[CellLike], needs: Mapping[str, str]) -> Any:
+    """:func:`absent_text` as a visible :func:`note`; ``None`` when nothing is absent."""
+    text = absent_text(cells, needs)
+    return note(text) if text else None
 
 
 def _quantity_units() -> dict[str, str]:

@@ -28,9 +28,9 @@ from probeguard_core.tables.protocols import ReleaseLike
 from probeguard_core.tables.scores import defined_metric
 
 __all__ = [
-    "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Tables23", "agreement_by_round",
-    "concluding_round_table", "discrimination", "layer_discrimination", "risk_coverage_curves",
-    "tables_2_3",
+    "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Table5", "Tables23",
+    "agreement_by_round", "concluding_round_table", "discrimination", "layer_discrimination",
+    "risk_coverage_curves", "table5", "tables_2_3",
 ]
 
 
@@ -186,3 +186,31 @@ def tables_2_3(rel: ReleaseLike, datasets: Sequence[str] | None = None, backbone
                         signals=["process_score", "terminal_agreement"])
     t3 = beside_paper(t3, on=["backbone", "dataset", "signal", "quantity"], source="Table 3")
     return Tables23(backbone, list(datasets), list(backbones), t2, t3, missing, notes)
+
+
+@dataclass
+class Table5:
+    """The Table 5 / Figure 5 page (:func:`table5`): per-cell scores and Table 5 beside the paper."""
+
+    backbone: str
+    backbones: list[str]
+    datasets: list[str]
+    scores: dict[tuple[str, str], pd.DataFrame]
+    table5: pd.DataFrame
+
+
+def table5(rel: ReleaseLike, datasets: Sequence[str] | None = None, backbone: str | None = None,
+           backbones: Sequence[str] | None = None, seed: int = SEED) -> Table5:
+    """Table 5 (Appendix F) from any release: :func:`discrimination` of every signal on every
+    (backbone, benchmark) cell the release has, beside the paper; cells it lacks are left out."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.picking import pick_backbone, pick_backbones, pick_datasets
+    from probeguard_core.tables.scores import cell_scores
+
+    backbone = pick_backbone(rel, backbone)
+    backbones = pick_backbones(rel, backbones)
+    datasets = pick_datasets(rel, datasets, design=["medqa", "mmlu_pro_med", "medmcqa"])
+    scores = {(b, d): cell_scores(rel.cell(d, b), seed=seed)
+              for b in backbones for d in datasets if rel.has_cell(d, b)}
+    t5 = beside_paper(discrimination(scores), on=["backbone", "dataset", "signal", "quantity"], source="Table 5")
+    return Table5(backbone, list(backbones), list(datasets), scores, t5)
