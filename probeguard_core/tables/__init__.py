@@ -32,7 +32,7 @@ NAMES: dict[str, str] = {
         "explain_claims", "table7",
     ], "appendices"),
     **dict.fromkeys([
-        "WhatIf", "layer_certification_means", "release_layer_certificate",
+        "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_audit",
         "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
         "whatif_coverage", "whatif_summary",
     ], "audits"),
@@ -68,8 +68,10 @@ NAMES: dict[str, str] = {
         "layer_discrimination", "risk_coverage_curves", "table5", "tables_2_3",
     ], "signals"),
     **dict.fromkeys([
-        "CONTROL_ARMS", "LAYER_TABLE_SIGNALS", "flip_rates", "hard_soft_scores",
-        "hard_soft_table", "layer_scores", "probe_arm_table", "unanimous_layer_table",
+        "CONTROL_ARMS", "HARD_SOFT_COLUMNS", "LAYER_TABLE_SIGNALS", "PageTables",
+        "TABLE6_COLUMNS", "figure3_ranges", "flip_rates", "hard_soft_page", "hard_soft_scores",
+        "hard_soft_table", "layer_scores", "probe_arm_table", "table6_page",
+        "unanimous_layer_page", "unanimous_layer_table",
     ], "unanimous"),
 }
 

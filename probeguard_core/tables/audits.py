@@ -25,8 +25,9 @@ from probeguard_core.tables.protocols import CellLike, ReleaseLike
 ArrayLikeF = Sequence[float] | NDArray[Any] | pd.Series
 
 __all__ = [
-    "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_resampled",
-    "theorem1_synthetic", "violation_upper_bound", "whatif", "whatif_coverage", "whatif_summary",
+    "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_audit",
+    "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
+    "whatif_coverage", "whatif_summary",
 ]
 
 
@@ -226,3 +227,30 @@ def whatif_summary(coverage: pd.DataFrame, alpha: float) -> list[str]:
                      f"best mean coverage {best['coverage_mean']:.3f} at n_cal = {int(best['n_cal'])}, "
                      f"population risk {best['risk_mean']:.3f}; draws violating α: {int(part['violations'].sum())}")
     return lines
+
+
+def theorem1_audit(rel: ReleaseLike, alphas: Sequence[float], dataset: str | None = None,
+                   backbone: str | None = None, n_draws: int = 2000, n_cal: int = 400, base_error: float = 0.05,
+                   slope: float = 0.40, delta: float = 0.05, seed: int = SEED) -> tuple[pd.DataFrame, list[str]]:
+    """The Theorem 1 audit page from any release: :func:`theorem1_synthetic` and, when the
+    release's unanimous layer has certification scores, :func:`theorem1_resampled` of it; with
+    ``below_delta`` (the 95 % upper bound at or below delta). Returns the table and its notes."""
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    layer = certification_inputs([cell])
+    layer = layer[(layer.stratum == "S1") & layer.score.notna()]
+    parts = [theorem1_synthetic(alphas, n_draws=n_draws, n_cal=n_cal, base_error=base_error, slope=slope, delta=delta,
+                                seed=seed)]
+    notes = []
+    if len(layer):
+        parts.append(theorem1_resampled(layer.score, layer.error, alphas, n_draws=n_draws, delta=delta, seed=seed))
+    else:
+        notes.append(f"{cell.label}: no unanimous question has a certification score (this release has no probe "
+                     "or NLI records for its unanimous layer); the resampled audit needs them, so only the "
+                     "synthetic audit is shown.")
+    audit = pd.concat(parts, ignore_index=True)
+    audit["below_delta"] = audit.upper_95 <= delta
+    return audit, notes
