@@ -28,8 +28,8 @@ from typing import Any
 #: Which submodule defines each public name (checked by ``tests/test_analysis.py``).
 NAMES: dict[str, str] = {
     **dict.fromkeys([
-        "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "cost_table",
-        "explain_claims", "table7",
+        "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "claims_page",
+        "cost_page", "cost_table", "explain_claims", "rule_summary_units", "table7",
     ], "appendices"),
     **dict.fromkeys([
         "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_audit",
@@ -40,7 +40,8 @@ NAMES: dict[str, str] = {
         "beside_sources", "check_entry", "value_at",
     ], "beside"),
     **dict.fromkeys([
-        "FIGURE1_COLUMNS", "Figure1", "case_details", "figure1", "figure1_cases",
+        "CASE_DETAIL_COLUMNS", "FIGURE1_COLUMNS", "Figure1", "appendix_k", "case_details",
+        "figure1", "figure1_cases",
     ], "cases"),
     **dict.fromkeys([
         "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8",

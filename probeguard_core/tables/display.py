@@ -345,12 +345,12 @@ def styled(df: pd.DataFrame, *, units: str | Mapping[str, str] | None = None,
     return sty
 
 
-def show_notes(texts: Sequence[str | tuple[str, str]], title: str = "Not in this release") -> None:
+def show_notes(texts: Sequence[str | tuple[str, str] | None], title: str = "Not in this release") -> None:
     """Display one :func:`note` per text (nothing when ``texts`` is empty): what a builder
     reports the release lacks, so a notebook never branches on it. An entry may be a
-    ``(title, text)`` pair."""
+    ``(title, text)`` pair; a ``None`` entry (nothing lacking) shows nothing."""
     from IPython.display import display
 
-    for entry in texts:
+    for entry in filter(None, texts):
         t, text = entry if isinstance(entry, tuple) else (title, entry)
         display(note(text, t))
