@@ -450,3 +450,31 @@ def test_compare_tables_finds_every_difference(tmp_path) -> None:
     (a / "nb" / "only.csv").write_text("y\n")
     assert ct.compare(a, b) == [f"only in {a}: nb/only.csv", "differs: nb/t.csv"]
     assert ct.main([str(a), str(b)]) == 1
+
+
+def test_page_builders_own_what_a_release_lacks(tmp_path) -> None:
+    """On a release with logs only (no probe, NLI, self-report, augment cell or second backbone),
+    every page builder returns its tables with their schema and says why in a note: the
+    notebooks never branch on what a release lacks."""
+    from foreign_release import pubmedqa_logs_only
+
+    from probeguard_core import tables
+    from probeguard_core.release import load_release
+
+    rel = load_release(pubmedqa_logs_only(tmp_path), verify=False)
+    f1 = tables.figure1(rel)
+    assert f1.cases.empty and list(f1.cases.columns) == list(tables.FIGURE1_COLUMNS) and f1.notes
+    f4 = tables.figure4(rel, n_splits=2)
+    assert f4.why and any("certification score" in n for n in f4.notes)
+    assert set(f4.tables) == {"certification_methods", "alpha_sweep", "other_backbones", "pooled"}
+    assert f4.tables["other_backbones"].empty and "coverage_mean" in f4.tables["other_backbones"].columns
+    t6 = tables.table6_page(rel, n_boot=10)
+    assert t6.tables["table6"].empty and "ci_low" in t6.tables["table6"].columns and t6.notes
+    t8 = tables.table8(rel, n_splits=2)
+    assert t8.t8.empty and list(t8.t8.columns) == list(tables.TABLE8_COLUMNS) and t8.notes
+    hs = tables.hard_soft_page(rel)
+    assert hs.tables["hard_vs_soft"].empty and hs.notes
+    cell, k, why = tables.appendix_k(rel)
+    assert why and all(k[n].empty for n in ("cases", "options", "panel", "probe", "queries"))
+    audit, notes = tables.theorem1_audit(rel, [0.15], n_draws=10)
+    assert set(audit.source) == {"synthetic"} and notes
