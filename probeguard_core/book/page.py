@@ -23,7 +23,12 @@ from typing import Any
 from probeguard_core.book.nbtools import Outputs, provenance_banner
 from probeguard_core.book.paths import repo_relative, resolve, resolve_release
 
-__all__ = ["Page", "effective_parameters", "open_page", "parameters_html"]
+__all__ = ["FIGURE_RC", "Page", "effective_parameters", "open_page", "parameters_html"]
+
+#: Matplotlib defaults of the book's figures: fonts legible when a figure is shown at the
+#: article width (a cell's explicit ``fontsize=`` still wins).
+FIGURE_RC: dict[str, Any] = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 10,
+                             "xtick.labelsize": 10, "ytick.labelsize": 10}
 
 #: IPython's own globals, never a page parameter.
 _IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
@@ -93,8 +98,11 @@ def open_page(namespace: Mapping[str, Any] | None = None, *, release: str | os.P
     output_dir = output_dir if output_dir is not None else params.get("output_dir")
     if release is None or output_dir is None:
         raise ValueError("open_page needs a release and an output_dir (the notebook's parameters)")
+    import matplotlib as mpl
+
     from probeguard_core.release import load_release
 
+    mpl.rcParams.update(FIGURE_RC)
     rel = load_release(resolve_release(release))
     return Page(rel, Outputs(resolve(output_dir)), {**params, "release": str(release),
                                                      "output_dir": str(Path(output_dir))})
