@@ -24,7 +24,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -689,27 +688,20 @@ def _dump(rec: BaseModel | dict[str, Any]) -> str:
 
 
 def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict[str, Any]]) -> Path:
-    """Write records atomically (temporary file + rename); ``.gz`` paths are compressed.
+    """Write records atomically (:func:`probeguard_core.fileio.atomic_open`); ``.gz`` paths are compressed.
 
     Output is byte-reproducible (compact JSON, no gzip timestamp or file name); NaN/inf
     raise ``ValueError`` rather than producing invalid JSON.  Extra fields are written back.
     """
+    from probeguard_core.fileio import atomic_open
+
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if p.name.endswith(".gz"):
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-                    for rec in records:
-                        gz.write((_dump(rec) + "\n").encode("utf-8"))
-            else:
+    with atomic_open(p) as raw:
+        if p.name.endswith(".gz"):
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
                 for rec in records:
-                    raw.write((_dump(rec) + "\n").encode("utf-8"))
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are ordinary readable files
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+                    gz.write((_dump(rec) + "\n").encode("utf-8"))
+        else:
+            for rec in records:
+                raw.write((_dump(rec) + "\n").encode("utf-8"))
     return p
