@@ -32,7 +32,7 @@ book: $(STAMP)
 	$(BIN)/python -m probeguard_core.book_build --release $(RELEASE) --jobs $(JOBS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

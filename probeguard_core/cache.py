@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_dir", "cache_enabled", "cached_frame", "code_fingerprint", "file_sha256"]
+__all__ = ["cache_dir", "cache_enabled", "cached_frame", "cached_json", "code_fingerprint", "file_sha256"]
 
 _FORMAT = 1
 _fingerprints: dict[tuple[str, ...], str] = {}
@@ -152,3 +152,32 @@ def cached_frame(
         except OSError:
             pass  # a read-only cache folder only costs speed
     return df
+
+
+def cached_json(name: str, key_doc: Mapping[str, Any], build: Callable[[], Any],
+                encode: Callable[[Any], Any], decode: Callable[[Any], Any]) -> Any:
+    """``build()``'s value, stored as JSON (``encode`` to plain data, ``decode`` back) under the
+    sha256 of ``key_doc``; an entry whose recorded sha256 does not match its body is rebuilt."""
+    if not cache_enabled():
+        return build()
+    key = hashlib.sha256(json.dumps({"format": _FORMAT, "name": name, **key_doc}, sort_keys=True,
+                                    default=str).encode("utf-8")).hexdigest()
+    path = cache_dir() / name / f"{key}.json"
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        body = json.dumps(entry["value"], sort_keys=True)
+        if entry.get("key") == key and entry.get("sha256") == hashlib.sha256(body.encode("utf-8")).hexdigest():
+            return decode(entry["value"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    value = build()
+    plain = encode(value)
+    body = json.dumps(plain, sort_keys=True)
+    entry = {"key": key, "name": name, "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(), "value": plain}
+    try:
+        from probeguard_core.fileio import write_text_atomic
+
+        write_text_atomic(path, json.dumps(entry, sort_keys=True, indent=1) + "\n")
+    except OSError:
+        pass
+    return value
