@@ -11,13 +11,11 @@ same run; both must produce the same table.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
-import numpy as np
 import pandas as pd
-
 from _synthetic import calibration_sets, synthetic_medqa  # benchmarks/ is on sys.path when run as a script
+from _timing import timed
+
 from probeguard_core.certify import (
     DEFAULT_ALPHAS,
     DEFAULT_GRID,
@@ -27,18 +25,8 @@ from probeguard_core.certify import (
     summarize,
 )
 
-
 COLS = ["split", "alpha", "stratum", "threshold", "certified", "n_cal", "n_test", "coverage", "risk",
         "violated"]
-
-
-def timed(fn, repeats: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
 def main() -> None:

@@ -26,25 +26,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-
-def _median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+from _timing import timed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         return load_release(args.release, verify=False).cell(args.dataset).features()
 
     n_q = len(L.read_logs(logs_p))
-    t_floor, _ = _median_time(floor, args.repeats)
-    t_cold, x_cold = _median_time(cold, args.repeats)
-    t_std, x_std = _median_time(cold_stdlib, args.repeats)
+    t_floor, _ = timed(floor, args.repeats)
+    t_cold, x_cold = timed(cold, args.repeats)
+    t_std, x_std = timed(cold_stdlib, args.repeats)
     cell.features()  # fill the cache (not timed)
-    t_warm, x_warm = _median_time(warm, args.repeats)
+    t_warm, x_warm = timed(warm, args.repeats)
     same = x_cold.to_csv().encode() == x_warm.to_csv().encode() == x_std.to_csv().encode()
     print(f"cell: {cell.label}, {n_q} questions, files {logs_p.name} + {nli_p.name}; medians of {args.repeats}")
     print(f"{'route':<44}{'time':>10}{'questions/s':>14}{'vs floor':>10}")

@@ -47,11 +47,10 @@ def cache_dir() -> Path:
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """sha256 of a file (:func:`probeguard_core.fileio.sha256_file`)."""
+    from probeguard_core.fileio import sha256_file
+
+    return sha256_file(path)
 
 
 def code_fingerprint(*modules: str) -> str:

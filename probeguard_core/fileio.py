@@ -10,6 +10,7 @@ artifact cache.
   file (or nothing) and no temporary file behind.
 * :func:`write_files_atomically`: several files, all or nothing (also removes the folders it
   created when it fails).
+* :func:`sha256_file`: the digest a manifest and the artifact cache key on.
 * :func:`jsonable`: numpy scalars and arrays, tuples and mappings to plain JSON values;
   non-finite floats become ``None`` (JSON has no NaN); ``round_digits`` optionally rounds floats.
 """
@@ -17,6 +18,7 @@ artifact cache.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import tempfile
@@ -28,6 +30,7 @@ __all__ = [
     "AtomicWriteError",
     "atomic_open",
     "jsonable",
+    "sha256_file",
     "write_bytes_atomic",
     "write_files_atomically",
     "write_text_atomic",
@@ -73,6 +76,15 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file's bytes (read in 1 MiB chunks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:

@@ -22,7 +22,6 @@ also be given as ``"sha256"`` and as a list of ``{"path", "sha256"}`` objects.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from probeguard_core import logs as L
+from probeguard_core.fileio import sha256_file
 
 ARTIFACTS = ("logs", "probe", "nli", "self_report")
 ROLES = ("main", "augment")
@@ -75,14 +75,6 @@ def backbone_slug(backbone: str) -> str:
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", slug):
         raise ValueError(f"backbone {backbone!r} gives an unusable folder name {slug!r}")
     return slug
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _artifact_path(folder: Path, kind: str) -> Path | None:
