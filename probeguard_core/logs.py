@@ -457,11 +457,9 @@ def _fast_object(raw: bytes) -> dict[str, Any] | None:
     body = raw[:-1] if raw.endswith(b"\n") else raw
     try:
         obj = _orjson.loads(body)
-    except _orjson.JSONDecodeError:
+        return obj if type(obj) is dict and _orjson.dumps(obj) == body else None
+    except (_orjson.JSONDecodeError, TypeError):  # TypeError: nesting deeper than orjson encodes
         return None
-    if type(obj) is dict and _orjson.dumps(obj) == body:
-        return obj
-    return None
 
 
 def _decode_line(p: Path, n: int, raw: bytes) -> dict[str, Any]:
@@ -545,6 +543,8 @@ def validate_record(model: type[_R], obj: Any, path: str | os.PathLike[str], lin
         raise LogFormatError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
     try:
         return model.model_validate(obj)
+    except RecursionError:
+        raise LogFormatError(path, line, None, "invalid JSON: nesting too deep to validate") from None
     except ValidationError as exc:
         loc, reason = _format_pydantic(exc.errors(include_url=False)[0])
         raise LogFormatError(path, line, loc_to_field(loc) or None, reason) from None

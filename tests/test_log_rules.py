@@ -91,6 +91,15 @@ def test_deep_nesting_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert ":2: <record>: invalid JSON: nesting too deep" in err
 
 
+@pytest.mark.parametrize("depth", [300, 900])
+def test_moderate_nesting_in_an_extra_field_is_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str], depth: int) -> None:
+    """Deeper than orjson re-encodes (the fast path steps aside), within what the strict path parses."""
+    line = json.dumps(_good(), separators=(",", ":"))[:-1] + ',"extra":' + "[" * depth + "]" * depth + "}"
+    path = _write(tmp_path, [line])
+    assert main(["validate", str(path)]) == 0
+    assert "1 records OK" in capsys.readouterr().out
+
+
 def test_integer_past_digit_limit_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     digits = sys.get_int_max_str_digits() + 10
     line = json.dumps(_good())[:-1] + ', "extra": ' + "7" * digits + "}"
