@@ -35,7 +35,7 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m ruff check probeguard_core tests tools benchmarks
 	$(BIN)/python -m pytest -q -p no:cacheprovider --doctest-modules probeguard_core
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -17,3 +17,16 @@ def synthetic_medqa(n: int = 1273, seed: int = 42) -> tuple[np.ndarray, np.ndarr
     errors = rng.uniform(size=n) < base * (1.0 - s) ** 2
     s[strata == "S3"] = np.nan
     return s, errors, strata
+
+
+def calibration_sets(s: np.ndarray, e: np.ndarray, strata: np.ndarray, n_splits: int, seed: int = 42,
+                     certified: tuple[str, ...] = ("S1", "S2")):
+    """``(split, stratum, scores, errors)`` of the calibration half of ``n_splits`` even splits."""
+    n = s.size
+    for j in range(n_splits):
+        perm = np.random.default_rng(seed + j).permutation(n)
+        cal = np.zeros(n, dtype=bool)
+        cal[perm[: n // 2]] = True
+        for S in certified:
+            sel = cal & (strata == S)
+            yield j, S, s[sel], e[sel]

@@ -40,7 +40,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from tqdm.auto import tqdm
 
-from probeguard_core.logs import LogFormatError, QuestionLog, iter_jsonl, validate_record
+from probeguard_core.logs import CUT_SHORT, LogFormatError, QuestionLog, iter_jsonl, validate_record
 from probeguard_core.questions import Question
 
 __all__ = ["convert_ma_rag_tree", "convert_ma_rag_question"]
@@ -171,8 +171,13 @@ def convert_ma_rag_question(
         "specialty": question.specialty, "n_candidates": n_candidates, "max_rounds": max_rounds,
         "rounds": rounds, "cost": None,
     }
-    log = _validate_converted(rec, qdir, files)
-    if len(last_raw) != 1 and len(files) < max_rounds:
+    interrupted = len(last_raw) != 1 and len(files) < max_rounds
+    try:
+        log = _validate_converted(rec, qdir, files)
+    except LogFormatError as exc:
+        if not (interrupted and exc.field == "rounds" and exc.reason.startswith(CUT_SHORT)):
+            raise
+    if interrupted:  # reported against the round file, in MA-RAG's terms
         reason = (f"round {len(files)} is neither unanimous nor round max_rounds={max_rounds}: an interrupted "
                   "run (MA-RAG stops only at unanimity or the round limit)")
         raise LogFormatError(files[-1], None, None, reason)

@@ -27,7 +27,6 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
-from scipy.stats import binom
 
 from probeguard_core import SEED
 from probeguard_core.metrics import as_binary, as_scores
@@ -148,11 +147,31 @@ def _check_strata(strata: ArrayLike, n: int, name: str = "strata") -> NDArray[np
 
 
 # =========================================================================== p-values
+def binom_cdf(k: ArrayLike, n: ArrayLike, p: ArrayLike) -> NDArray[np.float64]:
+    """``scipy.stats.binom.cdf(k, n, p)`` for integers ``0 <= k`` and ``n >= 1``, bit for bit.
+
+    ``binom.cdf`` floors ``k``, returns 1 for ``k >= n`` and otherwise calls scipy.special's
+    Boost binomial CDF; this calls that same ufunc directly, so a kernel that certifies does not
+    import ``scipy.stats`` (about 1.4 s).  ``scipy.special.bdtr`` is *not* used: it is the Cephes
+    incomplete-beta routine, which differs from ``binom.cdf`` in the last bits on most arguments
+    (and by far more in the far tail), see ``tests/test_certify.py`` and ``benchmarks/README.md``.
+    """
+    try:
+        from scipy.special._ufuncs import _binom_cdf
+    except ImportError:  # pragma: no cover - a SciPy without the private ufunc
+        from scipy.stats import binom
+
+        return binom.cdf(k, n, p)
+    k_ = np.floor(np.asarray(k, dtype=np.float64))
+    n_ = np.asarray(n)
+    return np.where(k_ >= n_, 1.0, _binom_cdf(k_, n_, p))
+
+
 def binomial_pvalue(E: ArrayLike, n: ArrayLike, alpha: ArrayLike) -> NDArray[np.float64] | float:
     """Exact binomial-tail p-value of Eq. (6): ``Pr[Bin(n, alpha) <= E]``; 1 when ``n = 0``.
 
     Valid for ``H0: risk > alpha`` (Theorem 1). Broadcasts over its arguments
-    (:data:`scipy.stats.binom` ``cdf``); returns a float for scalar input.
+    (:func:`binom_cdf`, i.e. ``scipy.stats.binom.cdf``); returns a float for scalar input.
     """
     E_ = np.asarray(E)
     n_ = np.asarray(n)
@@ -161,7 +180,7 @@ def binomial_pvalue(E: ArrayLike, n: ArrayLike, alpha: ArrayLike) -> NDArray[np.
         raise ValueError("binomial_pvalue needs 0 <= E <= n")
     if ((a_ <= 0) | (a_ >= 1)).any():
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    p = np.where(n_ == 0, 1.0, binom.cdf(E_, n_, a_))
+    p = np.where(n_ == 0, 1.0, binom_cdf(E_, n_, a_))
     return float(p) if p.ndim == 0 else p
 
 
@@ -268,7 +287,7 @@ def _ltt_threshold_loop(scores: ArrayLike, errors: ArrayLike, alpha: float, delt
         above = s > lam
         n_c = int(above.sum())
         E_c = int(e[above].sum())
-        p = 1.0 if n_c == 0 else float(binom.cdf(E_c, n_c, alpha))
+        p = 1.0 if n_c == 0 else float(binom_cdf(E_c, n_c, alpha))
         if p <= bonferroni_level(delta, len(g), m):
             return float(lam)
     return None
@@ -562,8 +581,8 @@ def repeated_splits(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike,
         lam = np.stack([x[0] for x in stats])            # (K, R, G)
         n_c = np.stack([x[1] for x in stats])
         E_c = np.stack([x[2] for x in stats])
-        # one binom.cdf call for every stream, split, grid point and alpha: (K, R, G, A)
-        p = np.where(n_c[..., None] == 0, 1.0, binom.cdf(E_c[..., None], n_c[..., None], alpha_arr))
+        # one binom_cdf call for every stream, split, grid point and alpha: (K, R, G, A)
+        p = np.where(n_c[..., None] == 0, 1.0, binom_cdf(E_c[..., None], n_c[..., None], alpha_arr))
         rej = p <= level
         any_rej = rej.any(axis=2)                        # (K, R, A)
         first = np.argmax(rej, axis=2)                   # first rejected = largest coverage

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,8 @@ from probeguard_core import certify as C
 from probeguard_core import logs as L
 from probeguard_core import scoring
 from probeguard_core.features import final_answer, is_correct
+from probeguard_core.fileio import jsonable
+from probeguard_core.fileio import write_files_atomically as _write_files_atomically
 from probeguard_core.release import sha256_file
 
 __all__ = [
@@ -219,18 +220,7 @@ def _frozen_s1_scores(df: pd.DataFrame, standardization: Mapping[str, Mapping[st
 # Certification
 # --------------------------------------------------------------------------------------------
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.ndarray):
-        return [_jsonable(x) for x in v.tolist()]
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+_jsonable = jsonable  # the one JSON conversion (probeguard_core.fileio)
 
 
 def certify_logs(
@@ -618,87 +608,10 @@ def apply_certificate(
 # Atomic output
 # --------------------------------------------------------------------------------------------
 
-def _ensure_dir(folder: Path) -> list[Path]:
-    """Create ``folder`` (and parents); return the folders created, deepest last."""
-    created: list[Path] = []
-    missing = []
-    p = folder
-    while not p.exists():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    if p.exists() and not p.is_dir():
-        raise DeployError(f"cannot create output folder {folder}: {p} is a file, not a folder")
-    for d in reversed(missing):
-        try:
-            d.mkdir()
-        except OSError as exc:
-            _remove_dirs(created)
-            raise DeployError(f"cannot create output folder {folder}: {exc.strerror or exc}") from None
-        created.append(d)
-    if not folder.is_dir():
-        raise DeployError(f"output path {folder} exists and is not a folder")
-    return created
-
-
-def _remove_dirs(created: list[Path]) -> None:
-    for d in reversed(created):
-        try:
-            d.rmdir()
-        except OSError:
-            pass
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_files_atomically(files: Mapping[Path, bytes]) -> None:
-    """Write every file via a temporary file in its folder and ``os.replace``; all or nothing.
-
-    On any failure the temporary files, the files already renamed in this call and the folders
-    this call created are removed, and :class:`DeployError` names the path.
-    """
-    created: list[Path] = []
-    tmps: dict[Path, str] = {}
-    done: list[Path] = []
-    try:
-        for path in files:
-            created += _ensure_dir(path.parent)
-        for path, data in files.items():
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            except OSError as exc:
-                raise DeployError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
-            tmps[path] = tmp
-            try:
-                os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            except OSError as exc:
-                raise DeployError(f"cannot write {path}: {exc.strerror or exc}") from None
-        for path, tmp in tmps.items():
-            if path.is_dir():
-                raise DeployError(f"cannot write {path}: it is a folder")
-            try:
-                os.replace(tmp, path)
-            except OSError as exc:
-                raise DeployError(f"cannot write {path}: {exc.strerror or exc}") from None
-            done.append(path)
-    except BaseException:
-        for tmp in tmps.values():
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        for path in done:
-            if path.exists():
-                path.unlink()
-        _remove_dirs(created)
-        raise
+    """Write every file atomically, all or nothing (:func:`probeguard_core.fileio.write_files_atomically`);
+    failures are :class:`DeployError` naming the path."""
+    _write_files_atomically(files, error=DeployError)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -45,7 +45,7 @@ import pandas as pd
 import yaml
 
 from probeguard_core.logs import NLIRecord, QuestionLog, Round
-from probeguard_core.rse import hard_semantic_entropy, rationale_semantic_entropy
+from probeguard_core.rse import hard_semantic_entropy, nli_scores, rationale_semantic_entropy
 
 __all__ = [
     "AGGREGATIONS",
@@ -396,16 +396,34 @@ def _nli_index(nli: Iterable[NLIRecord] | Mapping[tuple[str, int], NLIRecord] | 
 def _nli_for(logs: Sequence[QuestionLog], nli: Any) -> dict[str, dict[int, tuple[float, float]]]:
     """qid -> round -> (RSE_t, SE_t).  Records for qids absent from ``logs`` are ignored
     (an NLI cache may cover a larger pool); a record for a known qid must match its dataset,
-    backbone and a logged round."""
+    backbone and a logged round.
+
+    The scores are computed in one batch (:func:`rse.nli_scores`); when any record is bad the
+    per-record loop runs instead, so the first bad record is named exactly as before."""
     index = _nli_index(nli)
     if not index:
         return {}
     by_qid = {log.qid: log for log in logs}
+    known = [(qid, t, rec) for (qid, t), rec in index.items() if qid in by_qid]
+    for qid, t, rec in known:
+        log = by_qid[qid]
+        if rec.dataset != log.dataset or rec.backbone != log.backbone or t > len(log.rounds):
+            return _nli_for_loop(known, by_qid)
+    try:
+        rse, hse = nli_scores([rec.entailment for _, _, rec in known])
+    except ValueError:
+        return _nli_for_loop(known, by_qid)
     out: dict[str, dict[int, tuple[float, float]]] = {}
-    for (qid, t), rec in index.items():
-        log = by_qid.get(qid)
-        if log is None:
-            continue
+    for (qid, t, _), r_val, h_val in zip(known, rse.tolist(), hse.tolist()):
+        out.setdefault(qid, {})[t] = (r_val, h_val)
+    return out
+
+
+def _nli_for_loop(known: list[tuple[str, int, NLIRecord]], by_qid: Mapping[str, QuestionLog]) -> dict[str, dict[int, tuple[float, float]]]:
+    """The per-record form of :func:`_nli_for` (names the first bad record)."""
+    out: dict[str, dict[int, tuple[float, float]]] = {}
+    for qid, t, rec in known:
+        log = by_qid[qid]
         if rec.dataset != log.dataset or rec.backbone != log.backbone:
             raise ValueError(
                 f"nli: record qid={qid!r} round={t} is for {rec.dataset}/{rec.backbone}, "

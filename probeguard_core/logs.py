@@ -24,13 +24,16 @@ import json
 import math
 import os
 import re
-import tempfile
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
+try:  # the fast JSON path of the strict readers; without it the stdlib path gives the same results
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a pinned dependency
+    _orjson = None  # type: ignore[assignment]
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -47,9 +50,12 @@ OPTION_KEY = re.compile(r"^[A-Z]\Z")
 ARMS = ("counter_evidence", "instruction_only", "irrelevant_docs", "neutral_instruction")
 MAX_PROBE_DOCS = 8
 _GZIP_MAGIC = b"\x1f\x8b"
+#: Start of the reason given for a log whose last round is contested below ``max_rounds``.
+CUT_SHORT = "log is cut short"
 
 __all__ = [
     "ARMS",
+    "CUT_SHORT",
     "Candidate",
     "Cost",
     "LogFormatError",
@@ -148,6 +154,7 @@ class Candidate(_Record):
     """One sampled answer with its rationale (DESIGN 2.1 ``rounds[t].candidates[i]``).
 
     All five fields are required keys (null allowed where noted); nothing is defaulted.
+    ``logprob`` is a sum of token log-probabilities, so it is never positive.
     """
 
     answer: StrictStr | None
@@ -155,6 +162,13 @@ class Candidate(_Record):
     logprob: FiniteFloat | None
     n_tokens: NonNegInt | None
     mean_token_entropy: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None
+
+    @field_validator("logprob")
+    @classmethod
+    def _log_probability(cls, v: float | None) -> float | None:
+        if v is not None and v > 0.0:
+            raise ValueError(f"sequence log-probability {v!r} is positive (a sum of log-probabilities is <= 0)")
+        return v
 
 
 class ReAnswer(Candidate):
@@ -168,6 +182,14 @@ class Retrieval(_Record):
 
     queries: list[StrictStr]
     doc_ids: list[StrictStr]
+
+    @field_validator("doc_ids")
+    @classmethod
+    def _distinct_docs(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            first = next(d for d, k in Counter(v).items() if k > 1)
+            raise ValueError(f"document id {first!r} is retrieved more than once in one round")
+        return v
 
 
 class Round(_Record):
@@ -237,6 +259,14 @@ class QuestionLog(_Versioned):
             raise _FieldError("rounds", f"{len(self.rounds)} rounds exceed max_rounds={self.max_rounds}")
         for t, rnd in enumerate(self.rounds, start=1):
             self._check_round(t, rnd, opts)
+        last = self.rounds[-1]
+        if last.retrieval is not None:
+            reason = f"round {last.round} is the last logged round but has a retrieval (evidence is retrieved for a next round)"
+            raise _FieldError(("rounds", len(self.rounds) - 1, "retrieval"), reason)
+        if len({c.answer for c in last.candidates}) > 1 and len(self.rounds) < self.max_rounds:
+            reason = (f"{CUT_SHORT}: round {last.round} is contested but only {len(self.rounds)} of "
+                      f"max_rounds={self.max_rounds} rounds are logged (the substrate stops only at unanimity or max_rounds)")
+            raise _FieldError("rounds", reason)
         return self
 
     def _check_round(self, t: int, rnd: Round, opts: list[str]) -> None:
@@ -402,7 +432,40 @@ def _raw_lines(p: Path) -> Iterator[tuple[int, bytes]]:
         raise LogFormatError(p, None, None, f"cannot read file: {exc}") from None
 
 
+def _parse_strict(p: Path, n: int, text: str) -> Any:
+    """``json.loads`` that remembers repeated keys; pathological input becomes LogFormatError."""
+    try:
+        return json.loads(text, object_pairs_hook=_object_hook, parse_constant=float)
+    except json.JSONDecodeError as exc:
+        raise LogFormatError(p, n, None, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise LogFormatError(p, n, None, "invalid JSON: nesting too deep to parse") from None
+    except ValueError as exc:  # an integer past the interpreter's digit limit (sys.get_int_max_str_digits)
+        raise LogFormatError(p, n, None, f"invalid JSON: {exc}") from None
+
+
+def _fast_object(raw: bytes) -> dict[str, Any] | None:
+    """The line's object when it is provably clean, else None (the strict path then decides).
+
+    orjson refuses NaN/Infinity, invalid UTF-8, integers beyond 64 bits and very deep nesting;
+    re-encoding the parsed object and getting the line back byte for byte proves that no key was
+    repeated (a repeated key would be lost, so the re-encoding would be shorter).  Lines written
+    by :func:`write_jsonl` take this path; anything else is parsed by :func:`_parse_strict`.
+    """
+    if _orjson is None:
+        return None
+    body = raw[:-1] if raw.endswith(b"\n") else raw
+    try:
+        obj = _orjson.loads(body)
+        return obj if type(obj) is dict and _orjson.dumps(obj) == body else None
+    except (_orjson.JSONDecodeError, TypeError):  # TypeError: nesting deeper than orjson encodes
+        return None
+
+
 def _decode_line(p: Path, n: int, raw: bytes) -> dict[str, Any]:
+    fast = _fast_object(raw)
+    if fast is not None:
+        return fast
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -410,13 +473,13 @@ def _decode_line(p: Path, n: int, raw: bytes) -> dict[str, Any]:
     text = text.removesuffix("\n").removesuffix("\r")
     if not text.strip():
         raise LogFormatError(p, n, None, "empty line (one JSON object per line expected)")
-    try:
-        obj = json.loads(text, object_pairs_hook=_object_hook, parse_constant=float)
-    except json.JSONDecodeError as exc:
-        raise LogFormatError(p, n, None, f"invalid JSON: {exc}") from None
+    obj = _parse_strict(p, n, text)
     if not isinstance(obj, dict):
         raise LogFormatError(p, n, None, f"expected a JSON object, got {type(obj).__name__}")
-    bad = _scan(obj)
+    try:
+        bad = _scan(obj)
+    except RecursionError:
+        raise LogFormatError(p, n, None, "invalid JSON: nesting too deep to check") from None
     if bad:
         raise LogFormatError(p, n, loc_to_field(bad[0]) or None, bad[1])
     return dict(obj)
@@ -480,6 +543,8 @@ def validate_record(model: type[_R], obj: Any, path: str | os.PathLike[str], lin
         raise LogFormatError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
     try:
         return model.model_validate(obj)
+    except RecursionError:
+        raise LogFormatError(path, line, None, "invalid JSON: nesting too deep to validate") from None
     except ValidationError as exc:
         loc, reason = _format_pydantic(exc.errors(include_url=False)[0])
         raise LogFormatError(path, line, loc_to_field(loc) or None, reason) from None
@@ -623,27 +688,20 @@ def _dump(rec: BaseModel | dict[str, Any]) -> str:
 
 
 def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict[str, Any]]) -> Path:
-    """Write records atomically (temporary file + rename); ``.gz`` paths are compressed.
+    """Write records atomically (:func:`probeguard_core.fileio.atomic_open`); ``.gz`` paths are compressed.
 
     Output is byte-reproducible (compact JSON, no gzip timestamp or file name); NaN/inf
     raise ``ValueError`` rather than producing invalid JSON.  Extra fields are written back.
     """
+    from probeguard_core.fileio import atomic_open
+
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if p.name.endswith(".gz"):
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-                    for rec in records:
-                        gz.write((_dump(rec) + "\n").encode("utf-8"))
-            else:
+    with atomic_open(p) as raw:
+        if p.name.endswith(".gz"):
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
                 for rec in records:
-                    raw.write((_dump(rec) + "\n").encode("utf-8"))
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are ordinary readable files
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+                    gz.write((_dump(rec) + "\n").encode("utf-8"))
+        else:
+            for rec in records:
+                raw.write((_dump(rec) + "\n").encode("utf-8"))
     return p

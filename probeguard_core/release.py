@@ -22,7 +22,6 @@ also be given as ``"sha256"`` and as a list of ``{"path", "sha256"}`` objects.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from probeguard_core import logs as L
+from probeguard_core.fileio import sha256_file
 
 ARTIFACTS = ("logs", "probe", "nli", "self_report")
 ROLES = ("main", "augment")
@@ -75,14 +75,6 @@ def backbone_slug(backbone: str) -> str:
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", slug):
         raise ValueError(f"backbone {backbone!r} gives an unusable folder name {slug!r}")
     return slug
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _artifact_path(folder: Path, kind: str) -> Path | None:
@@ -136,6 +128,36 @@ class Cell:
         p = self.file("self_report")
         return None if p is None else L.read_self_report(p)
 
+    def sha256(self, kind: str) -> str | None:
+        """sha256 of this cell's ``kind`` file (the manifest's digest once verified; else hashed now)."""
+        p = self.file(kind)
+        if p is None:
+            return None
+        rel = p.relative_to(self.release.path).as_posix() if p.is_relative_to(self.release.path) else None
+        if rel is not None and rel in self.release.verified:
+            return self.release.verified[rel]
+        return sha256_file(p)
+
+    def features(self) -> Any:
+        """The cell's feature table (Appendix B; :func:`probeguard_core.features.feature_table` of
+        its logs and NLI records), computed once per content of those files.
+
+        Served from the artifact cache (:mod:`probeguard_core.cache`) when the logs and NLI
+        files, the feature registry and the code that reads and computes them are unchanged;
+        otherwise the files are read and validated strictly and the table is computed (and
+        stored).  The table is identical either way.
+        """
+        from probeguard_core import cache
+        from probeguard_core import features as F
+
+        sources = {kind: digest for kind in ("logs", "nli") if (digest := self.sha256(kind)) is not None}
+        registry = F._default_registry_path()
+        sources["registry"] = cache.file_sha256(registry)
+        return cache.cached_frame(
+            "feature_table", sources, lambda: F.feature_table(self.logs, self.nli),
+            code=("probeguard_core.logs", "probeguard_core.features", "probeguard_core.rse"),
+        )
+
     def probe_by_arm(self, arm: str = "counter_evidence") -> list[L.ProbeRecord]:
         if arm not in L.ARMS:
             raise ValueError(f"unknown probe arm {arm!r}; expected one of {L.ARMS}")
@@ -149,6 +171,8 @@ class Release:
     path: Path
     manifest: dict[str, Any]
     cells: list[Cell] = field(default_factory=list)
+    #: ``{relative path: sha256}`` of the files whose digest :func:`load_release` checked.
+    verified: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -295,6 +319,7 @@ def load_release(folder: str | os.PathLike[str], verify: bool = True) -> Release
                 raise ReleaseError(f"{mpath}: listed file {relpath} is missing")
             if sha256_file(p) != digest:
                 raise ReleaseError(f"{p}: sha256 differs from the manifest (file changed or corrupted)")
+            rel.verified[relpath] = digest
         for p in sorted(root.rglob("*.jsonl*")):
             if p.relative_to(root).as_posix() not in files:
                 raise ReleaseError(f"{p}: artifact not listed in {mpath}")
@@ -320,8 +345,6 @@ def write_manifest(
     manifest: dict[str, Any] = {"name": name, "provenance": provenance, "seed": seed, **(extra or {})}
     manifest["cells"] = list(cells)
     manifest["files"] = files
-    out = root / "manifest.json"
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
-    return out
+    from probeguard_core.fileio import write_text_atomic
+
+    return write_text_atomic(root / "manifest.json", json.dumps(manifest, indent=2, sort_keys=False, ensure_ascii=False) + "\n")

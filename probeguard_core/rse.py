@@ -27,6 +27,7 @@ __all__ = [
     "first_round_rse",
     "hard_se_score",
     "hard_semantic_entropy",
+    "nli_scores",
     "rationale_semantic_entropy",
 ]
 
@@ -125,3 +126,68 @@ def first_round_rse(nli: Iterable[NLIRecord] | None, qids: Iterable[str]) -> dic
                 raise ValueError(f"nli: duplicate record for qid={r.qid!r} round=1")
             rse[r.qid] = rationale_semantic_entropy(r.entailment)
     return rse
+
+
+def nli_scores(matrices: Sequence[Sequence[Sequence[float]]], threshold: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """RSE (Eq. 3) and hard semantic entropy of many entailment matrices at once.
+
+    Equal, bit for bit, to ``[rationale_semantic_entropy(E) for E in matrices]`` and
+    ``[hard_semantic_entropy(E, threshold) for E in matrices]`` (the same reductions in the same
+    order, batched over matrices of one size).  Raises ValueError when any matrix would make
+    the scalar functions raise; callers wanting the scalar message re-run those on failure.
+    """
+    if not (0.0 <= threshold <= 1.0) or math.isnan(threshold):
+        raise ValueError(f"threshold must be in [0, 1], got {threshold!r}")
+    m = len(matrices)
+    rse = np.full(m, np.nan)
+    hse = np.full(m, np.nan)
+    sizes = np.fromiter((len(E) for E in matrices), dtype=np.int64, count=m)
+    for n in np.unique(sizes).tolist():
+        idx = np.flatnonzero(sizes == n)
+        M = np.asarray([matrices[i] for i in idx.tolist()], dtype=float)  # (k, n, n); ragged -> ValueError
+        if M.shape[1:] != (n, n) and n > 0:
+            raise ValueError("entailment matrix must be square")
+        if M.size and (not np.all(np.isfinite(M)) or M.min() < 0.0 or M.max() > 1.0):
+            raise ValueError("entailment matrix has an entry that is not a probability in [0, 1]")
+        if n < 2:
+            continue
+        iu, ju = np.triu_indices(n, k=1)
+        pairs = np.minimum(M[:, iu, ju], M[:, ju, iu])  # (k, n(n-1)/2)
+        rse[idx] = _row_sums(pairs) / pairs.shape[1]
+        hse[idx] = _hard_se_batch(M, threshold)
+    return rse, hse
+
+
+def _hard_se_batch(M: np.ndarray, threshold: float) -> np.ndarray:
+    """:func:`hard_semantic_entropy` of a stack ``M`` (k, n, n): the greedy clustering of
+    :func:`entailment_clusters` run over all k matrices claim by claim."""
+    k, n, _ = M.shape
+    rows = np.arange(k)
+    reps = np.full((k, n), -1, dtype=np.int64)  # representative claim of cluster c
+    sizes = np.zeros((k, n), dtype=np.int64)
+    n_clusters = np.zeros(k, dtype=np.int64)
+    for i in range(n):
+        joined = np.full(k, -1, dtype=np.int64)
+        for c in range(i):
+            r = reps[:, c]
+            rr = np.where(r >= 0, r, 0)
+            ok = (joined < 0) & (r >= 0) & (M[rows, i, rr] > threshold) & (M[rows, rr, i] > threshold)
+            joined[ok] = c
+        new = joined < 0
+        joined[new] = n_clusters[new]
+        reps[new, n_clusters[new]] = i
+        n_clusters[new] += 1
+        sizes[rows, joined] += 1
+    out = np.empty(k)
+    for c in np.unique(n_clusters).tolist():
+        g = np.flatnonzero(n_clusters == c)
+        p = sizes[g, :c].astype(float) / n
+        out[g] = -_row_sums(p * np.log(p)) + 0.0
+    return out
+
+
+def _row_sums(a: np.ndarray) -> np.ndarray:
+    """Each row's sum by the 1-D reduction the scalar functions use (``sum(axis=1)`` may add in
+    another order, so it can differ in the last bit)."""
+    add = np.add.reduce
+    return np.fromiter((add(row) for row in a), dtype=float, count=a.shape[0])

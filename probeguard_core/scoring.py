@@ -18,18 +18,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
-from sklearn.base import clone
-from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
-from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import StandardScaler
+
+if TYPE_CHECKING:  # scikit-learn (about 1 s to import) is loaded by the functions that fit
+    from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
+    from sklearn.pipeline import Pipeline
 
 from probeguard_core import SEED
 from probeguard_core.features import (
@@ -69,6 +65,12 @@ def make_pipeline(model: Model = "logistic", seed: int = SEED) -> Pipeline:
     last two steps for ``HistGradientBoostingClassifier(random_state=seed)`` behind the same
     imputer.
     """
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
     imputer = SimpleImputer(strategy="median", add_indicator=True, keep_empty_features=True)
     if model == "logistic":
         return Pipeline(
@@ -97,6 +99,8 @@ def _labels(correct: Sequence[bool] | np.ndarray | pd.Series, n: int, name: str 
 def _group_folds(n_splits: int, seed: int) -> GroupKFold | StratifiedGroupKFold:
     """Shuffled question-level folds: GroupKFold(shuffle=True) (scikit-learn >= 1.6), else
     StratifiedGroupKFold(shuffle=True) on older versions."""
+    from sklearn.model_selection import GroupKFold, StratifiedGroupKFold
+
     try:
         return GroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
     except TypeError:  # pragma: no cover - scikit-learn < 1.6
@@ -137,6 +141,8 @@ def process_score(
     n_groups = len(pd.unique(g))
     if n_groups < n_splits:
         raise ValueError(f"n_splits={n_splits} exceeds the number of groups ({n_groups})")
+    from sklearn.base import clone
+
     template = make_pipeline(model, seed)
     cv = _group_folds(n_splits, seed)
     out = np.full(len(X), np.nan)
@@ -243,6 +249,8 @@ def drop_family_ablation(
     :func:`process_score` against ``correct``, ``sklearn.metrics.roc_auc_score``).
     Every column of ``X`` must be a registry feature.
     """
+    from sklearn.metrics import roc_auc_score
+
     specs = registry if isinstance(registry, (tuple, list)) else load_registry(registry)
     family_of = {s.name: s.family for s in specs}
     unknown = [c for c in X.columns if c not in family_of]

@@ -6,26 +6,55 @@ Set ``PROBEGUARD_TEST_RELEASE`` to an existing release folder to skip simulating
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+def session_dir(base: Path) -> Path:
+    """A folder shared by every pytest-xdist worker of this session (``base`` is a worker's
+    basetemp; the workers' basetemps are siblings), or ``base`` itself without xdist."""
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    shared.mkdir(parents=True, exist_ok=True)
+    return shared
+
+
+@contextlib.contextmanager
+def once_per_session(base: Path, name: str) -> Iterator[tuple[Path, bool]]:
+    """``(folder, must_make)``: the first worker to ask makes ``folder`` (holding a file lock),
+    the others wait and reuse it; ``folder/.done`` marks it complete."""
+    from filelock import FileLock
+
+    shared = session_dir(base)
+    folder = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        must = not (folder / ".done").is_file()
+        if must and folder.exists():
+            shutil.rmtree(folder)  # a half-made folder of an interrupted worker
+        yield folder, must
+        if must:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / ".done").write_text("ok\n")
+
+
 def small_release(base: Path) -> Path:
-    """A 5 % simulated release (``probeguard simulate --scale 0.05``), made once per session."""
+    """A 5 % simulated release (``probeguard simulate --scale 0.05``), made once per session
+    (shared by the xdist workers)."""
     env = os.environ.get("PROBEGUARD_TEST_RELEASE")
     if env:
         return Path(env).resolve()
-    out = base / "release-s005"
-    if not (out / "manifest.json").is_file():
-        cmd = [str(Path(sys.executable).parent / "probeguard"), "simulate", "--out", str(out), "--scale", "0.05", "--quiet"]
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
+    with once_per_session(base, "release-s005") as (out, must):
+        if must:
+            cmd = [str(Path(sys.executable).parent / "probeguard"), "simulate", "--out", str(out), "--scale", "0.05", "--quiet"]
+            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}")
     return out
 
 

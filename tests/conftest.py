@@ -4,7 +4,31 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # Notebook cells run with small parameters in the tests and take seconds; a kernel that stops
 # answering (a lost message under load) is cut off after this and retried once on a fresh kernel
 # by probeguard_core.book_build.execute_notebook, instead of stalling the suite.
 os.environ.setdefault("PROBEGUARD_CELL_TIMEOUT", "240")
+
+# The artifact cache (probeguard_core.cache) of this test session lives in a fresh folder,
+# never the user's ~/.cache: a test never sees an entry it did not make.
+if "PROBEGUARD_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["PROBEGUARD_CACHE_DIR"] = tempfile.mkdtemp(prefix="probeguard-test-cache-")
+
+
+# --------------------------------------------------------------------------- xdist balance
+# `make test` runs `pytest -n JOBS --dist loadgroup`.  A module's tests stay on one worker
+# (its module-scoped fixtures run once), except in the modules below, whose tests are
+# independent units (one notebook each) or carry their own `xdist_group` per release; their
+# expensive inputs are made once per session across workers (book_fixtures.once_per_session).
+_SPREAD = {"test_notebooks.py", "test_book_foreign_release.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and item.path.name not in _SPREAD:
+            item.add_marker(pytest.mark.xdist_group(f"module-{item.path.stem}"))

@@ -81,7 +81,7 @@ def make_log(
     question: str | None = None,
     specialty: str | None = None,
     n_candidates: int | None = None,
-    max_rounds: int = 8,
+    max_rounds: int | None = None,
     cost: Mapping[str, Any] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
@@ -104,6 +104,9 @@ def make_log(
         Same shape as ``rounds``; default ``-5.0`` for every candidate.
     n_candidates:
         Default ``len(rounds[0])``.
+    max_rounds:
+        Default 8 when the last round is unanimous, else ``len(rounds)`` (a contested last round
+        below max_rounds is a cut-short log, which the readers refuse).
     cost:
         None (default) or ``{"wall_s": ..., "completion_tokens": ...}``.
     extra:
@@ -121,6 +124,9 @@ def make_log(
         ids = None if doc_ids is None else doc_ids[t]
         retrieval = None if ids is None else {"queries": [f"query {t + 1}"], "doc_ids": list(ids)}
         out_rounds.append({"round": t + 1, "candidates": cands, "retrieval": retrieval})
+    if max_rounds is None:
+        last = set(rounds[-1]) if rounds else set()
+        max_rounds = 8 if len(last) == 1 and None not in last else max(len(rounds), 1)
     return {
         "schema_version": 1,
         "qid": qid,

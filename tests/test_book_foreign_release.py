@@ -23,14 +23,17 @@ import nbformat
 import numpy as np
 import pandas as pd
 import pytest
-from book_fixtures import REPO, book_copy
+from book_fixtures import REPO, book_copy, once_per_session
 from foreign_release import FOREIGN, SHIPPED
 
 from probeguard_core import book_build as bb
 from probeguard_core.release import load_release
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
-ENTRIES = bb.load_registry(REPO)
+#: ``PROBEGUARD_TEST_ONLY_NOTEBOOKS=a,b`` restricts the runs to those notebooks (a quick check of
+#: this module's machinery with ``-k``; the full suite runs every registered notebook).
+_ONLY = [n for n in os.environ.get("PROBEGUARD_TEST_ONLY_NOTEBOOKS", "").split(",") if n]
+ENTRIES = [e for e in bb.load_registry(REPO) if not _ONLY or e.name in _ONLY]
 PER_NOTEBOOK = {e.name: dict(e.test_params) for e in ENTRIES}
 #: The shipped release, restricted to the cells the foreign ones resemble (keeps the reference run short).
 REFERENCE = {"dataset": "medqa", "backbone": "Qwen/Qwen3-8B", "datasets": ["medqa", "mmlu_pro_med"],
@@ -57,25 +60,73 @@ def _with_root(root: Path) -> Any:
     return _Ctx()
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Every notebook on the shipped release (reference) and on each foreign release; the first
-    foreign release also through ``jupyter-book build``."""
-    base = tmp_path_factory.mktemp("foreign-book")
-    root = book_copy(base / "book")
-    out: dict[str, dict[str, Any]] = {}
+#: The foreign release that also goes through the full ``jupyter-book build``.
+HTML_RELEASE = "mistral_medqa"
+
+
+def _group(*names: str) -> list[Any]:
+    """``names`` as parameters, each in the xdist group of its release (``--dist loadgroup``)."""
+    return [pytest.param(n, marks=pytest.mark.xdist_group(f"release-{n}")) for n in names]
+
+
+def _make_run(name: str, folder: Path) -> dict[str, Any]:
+    """Run every notebook on one release (``shipped`` = the reference) into ``folder``."""
+    root = book_copy(folder / "book")
+    out: dict[str, Any] = {"html": None}
     with _with_root(root):
-        gen = base / "gen-shipped"
-        res = bb.run_notebooks(SHIPPED, jobs=2, params=REFERENCE, per_notebook=PER_NOTEBOOK, generated=gen, root=root)
-        out["shipped"] = {"release": SHIPPED, "results": res, "generated": gen}
-        for i, (name, make) in enumerate(FOREIGN.items()):
-            rel = make(base / "releases")
-            gen = root / bb.GENERATED if i == 0 else base / f"gen-{name}"  # the first one feeds the HTML build
-            res = bb.run_notebooks(rel, jobs=2, per_notebook=PER_NOTEBOOK, generated=gen, root=root)
-            out[name] = {"release": rel, "results": res, "generated": gen}
-            if i == 0 and all(r.ok for r in res):
-                out[name]["html"] = bb.build_book(rel, root=root)
+        if name == "shipped":
+            rel, gen = SHIPPED, folder / "gen"
+            res = bb.run_notebooks(rel, jobs=2, params=REFERENCE, per_notebook=PER_NOTEBOOK, generated=gen, root=root,
+                                   only=_ONLY or None)
+        else:
+            rel = FOREIGN[name](folder / "releases")
+            gen = root / bb.GENERATED if name == HTML_RELEASE else folder / "gen"  # that one feeds the HTML build
+            res = bb.run_notebooks(rel, jobs=2, per_notebook=PER_NOTEBOOK, generated=gen, root=root, only=_ONLY or None)
+            if name == HTML_RELEASE and all(r.ok for r in res):
+                out["html"] = str(bb.build_book(rel, root=root))
+    out |= {"release": str(rel), "generated": str(gen),
+            "results": [{"name": r.name, "ok": r.ok, "wall_s": r.wall_s, "output": str(r.output), "error": r.error}
+                        for r in res]}
     return out
+
+
+class _Runs:
+    """``runs[name]``: the notebooks of one release, run once per test session.
+
+    Each release is its own unit of work (made by the first xdist worker that asks, under a
+    file lock, and reused by the others), so no single fixture runs all 60 notebooks: with
+    ``--dist loadgroup`` the releases' groups run on different workers.
+    """
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.memo: dict[str, dict[str, Any]] = {}
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        if name not in self.memo:
+            with once_per_session(self.base, f"foreign-book-{name}") as (folder, must):
+                if must:
+                    folder.mkdir(parents=True)
+                    try:
+                        data = _make_run(name, folder)
+                    except Exception as exc:  # recorded once, reported by every test that needs it
+                        data = {"error": f"{type(exc).__name__}: {exc}"}
+                    (folder / "run.json").write_text(json.dumps(data), encoding="utf-8")
+            data = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+            if "error" in data:
+                pytest.fail(f"running the notebooks on {name} failed: {data['error']}")
+            run = {"release": Path(data["release"]), "generated": Path(data["generated"]),
+                   "results": [bb.NotebookResult(r["name"], r["ok"], r["wall_s"], Path(r["output"]), r["error"])
+                               for r in data["results"]]}
+            if data["html"]:
+                run["html"] = Path(data["html"])
+            self.memo[name] = run
+        return self.memo[name]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> _Runs:
+    return _Runs(tmp_path_factory.getbasetemp())
 
 
 def _results(run: dict[str, Any], name: str) -> dict[str, Any]:
@@ -104,13 +155,14 @@ def _differs(a: Any, b: Any) -> bool:
     return not math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
 
 
-def test_reference_run_on_the_shipped_release(runs: dict[str, dict[str, Any]]) -> None:
+@pytest.mark.xdist_group("release-shipped")
+def test_reference_run_on_the_shipped_release(runs: _Runs) -> None:
     failed = [f"{r.name}: {r.error}" for r in runs["shipped"]["results"] if not r.ok]
     assert not failed, failed
 
 
-@pytest.mark.parametrize("name", list(FOREIGN))
-def test_every_notebook_succeeds_and_writes_its_outputs(runs: dict[str, dict[str, Any]], name: str) -> None:
+@pytest.mark.parametrize("name", _group(*FOREIGN))
+def test_every_notebook_succeeds_and_writes_its_outputs(runs: _Runs, name: str) -> None:
     run = runs[name]
     failed = [f"{r.name}: {r.error}" for r in run["results"] if not r.ok]
     assert not failed, f"{name}: {failed}"
@@ -125,8 +177,8 @@ def test_every_notebook_succeeds_and_writes_its_outputs(runs: dict[str, dict[str
             assert len(df.columns) > 0, f"{name}/{e.name}: {csv.name} has no columns"
 
 
-@pytest.mark.parametrize("name", list(FOREIGN))
-def test_provenance_banner_names_the_real_release(runs: dict[str, dict[str, Any]], name: str) -> None:
+@pytest.mark.parametrize("name", _group(*FOREIGN))
+def test_provenance_banner_names_the_real_release(runs: _Runs, name: str) -> None:
     run = runs[name]
     rel = load_release(run["release"])
     assert rel.provenance == "real" and "cells" not in rel.manifest
@@ -138,8 +190,8 @@ def test_provenance_banner_names_the_real_release(runs: dict[str, dict[str, Any]
         assert "Simulated release" not in shown, f"{name}/{r.name}: says simulated"
 
 
-@pytest.mark.parametrize("name", list(FOREIGN))
-def test_numbers_come_from_the_release(runs: dict[str, dict[str, Any]], name: str) -> None:
+@pytest.mark.parametrize("name", _group(*FOREIGN))
+def test_numbers_come_from_the_release(runs: _Runs, name: str) -> None:
     """Per notebook, some headline value of results.json differs from the shipped release's (a
     number, a chosen question, or a number the release cannot give)."""
     for e in ENTRIES:
@@ -151,7 +203,8 @@ def test_numbers_come_from_the_release(runs: dict[str, dict[str, Any]], name: st
             f"{name}/{e.name}: every headline number equals the shipped release's"
 
 
-def test_a_complete_foreign_release_changes_numbers_not_just_gaps(runs: dict[str, dict[str, Any]]) -> None:
+@pytest.mark.xdist_group("release-two_datasets")
+def test_a_complete_foreign_release_changes_numbers_not_just_gaps(runs: _Runs) -> None:
     """The release with every artifact: in each notebook, a value both releases report differs
     (not merely one that this release cannot give)."""
     name = "two_datasets"
@@ -162,8 +215,8 @@ def test_a_complete_foreign_release_changes_numbers_not_just_gaps(runs: dict[str
             f"{name}/{e.name}: no reported value differs from the shipped release ({both})"
 
 
-@pytest.mark.parametrize("name", list(FOREIGN))
-def test_results_agree_with_their_tables(runs: dict[str, dict[str, Any]], name: str) -> None:
+@pytest.mark.parametrize("name", _group(*FOREIGN))
+def test_results_agree_with_their_tables(runs: _Runs, name: str) -> None:
     for e in ENTRIES:
         folder = runs[name]["generated"] / e.name
         results = _results(runs[name], e.name)
@@ -181,13 +234,14 @@ def test_results_agree_with_their_tables(runs: dict[str, dict[str, Any]], name: 
                 assert math.isclose(float(ours), theirs, rel_tol=1e-5, abs_tol=1e-9), (name, e.name, chk)
 
 
-def _page(runs: dict[str, dict[str, Any]], name: str, notebook: str) -> str:
+def _page(runs: _Runs, name: str, notebook: str) -> str:
     r = next(r for r in runs[name]["results"] if r.name == notebook)
     nb = nbformat.read(r.output, as_version=4)
     return json.dumps([c.get("outputs", []) for c in nb.cells], ensure_ascii=False)
 
 
 @pytest.mark.parametrize(("name", "notebook", "text"), [
+    pytest.param(*row, marks=pytest.mark.xdist_group(f"release-{row[0]}")) for row in [
     ("pubmedqa_logs_only", "table6_probe_controls", "no counter-evidence probe records for pubmedqa"),
     ("pubmedqa_logs_only", "table1_fig1", "no probe records for pubmedqa"),
     ("pubmedqa_logs_only", "hard_vs_soft_rse", "no NLI records for pubmedqa"),
@@ -200,13 +254,14 @@ def _page(runs: dict[str, dict[str, Any]], name: str, notebook: str) -> str:
     ("mistral_medqa", "whatif_simulator", "no generative model for mistralai/Mistral-7B-Instruct-v0.3"),
     ("mistral_medqa", "certification_fig4", "pooled domains (§4.4) need two or more"),
     ("two_datasets", "certification_fig4", "no augment cell"),
-])
-def test_absent_inputs_show_a_visible_note(runs: dict[str, dict[str, Any]], name: str, notebook: str, text: str) -> None:
+]])
+def test_absent_inputs_show_a_visible_note(runs: _Runs, name: str, notebook: str, text: str) -> None:
     page = _page(runs, name, notebook)
     assert "probeguard-missing" in page and text in page, f"{name}/{notebook}: no note containing {text!r}"
 
 
-def test_paper_column_is_empty_for_what_the_paper_never_ran(runs: dict[str, dict[str, Any]]) -> None:
+@pytest.mark.xdist_group("release-pubmedqa_logs_only")
+def test_paper_column_is_empty_for_what_the_paper_never_ran(runs: _Runs) -> None:
     t2 = pd.read_csv(runs["mistral_medqa"]["generated"] / "table2_3_discrimination" / "table2.csv")
     assert set(t2["backbone"]) == {"mistralai/Mistral-7B-Instruct-v0.3"} and t2["paper"].isna().all()
     t5 = pd.read_csv(runs["pubmedqa_logs_only"]["generated"] / "table5_fig5_all_signals" / "table5.csv")
@@ -216,8 +271,9 @@ def test_paper_column_is_empty_for_what_the_paper_never_ran(runs: dict[str, dict
     assert set(t7["dataset"]) == {"medqa", "mmlu_pro_med"}
 
 
-def test_the_whole_book_builds_from_a_foreign_release(runs: dict[str, dict[str, Any]]) -> None:
-    run = runs["mistral_medqa"]
+@pytest.mark.xdist_group(f"release-{HTML_RELEASE}")
+def test_the_whole_book_builds_from_a_foreign_release(runs: _Runs) -> None:
+    run = runs[HTML_RELEASE]
     assert "html" in run, "the notebooks failed, so the HTML build did not run"
     html = run["html"]
     assert (html / "index.html").is_file()

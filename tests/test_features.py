@@ -170,13 +170,13 @@ def test_js_divergences_match_scipy():
 
 def test_doc_repeat_rates_hand_worked():
     log = L(
-        [["A", "B"], ["A", "B"], ["B", "A"], ["A", "B"], ["B", "B"]],
+        [["A", "B"], ["A", "B"], ["B", "A"], ["A", "B"], ["A", "B"], ["B", "B"]],
         gold="B",
-        doc_ids=[["d1", "d2"], ["d2", "d3", "d3"], None, [], ["d1", "d4", "d5", "d6"]],
+        doc_ids=[["d1", "d2"], ["d2", "d3"], None, [], ["d1", "d4", "d5", "d6"], None],
     )
     rho = F.doc_repeat_rates(log)
     assert math.isnan(rho[0])  # t = 1 always undefined
-    assert rho[1] == 0.5  # D_2 = {d2, d3} (a set), d2 seen
+    assert rho[1] == 0.5  # D_2 = {d2, d3}, d2 seen
     assert math.isnan(rho[2])  # retrieval null
     assert math.isnan(rho[3])  # |D_t| = 0
     assert rho[4] == 0.25  # d1 seen of {d1, d4, d5, d6}
@@ -346,10 +346,12 @@ def logs_strategy(draw, qid="q"):
     docs = draw(
         st.one_of(
             st.none(),
-            st.lists(st.one_of(st.none(), st.lists(st.sampled_from(["d1", "d2", "d3", "d4"]), max_size=4)),
+            st.lists(st.one_of(st.none(), st.lists(st.sampled_from(["d1", "d2", "d3", "d4"]), max_size=4, unique=True)),
                      min_size=t_stop, max_size=t_stop),
         )
     )
+    if docs:
+        docs[-1] = None  # no retrieval after the last round (there is no next round)
     return L(rounds, options=options, gold=options[0], doc_ids=docs, qid=qid)
 
 

@@ -174,7 +174,7 @@ def _trajectories(draw: st.DrawFn) -> list[list[str | None]]:
 @settings(max_examples=40, deadline=None)
 @given(rounds=_trajectories(), lp=st.floats(-50, 0, allow_nan=False))
 def test_property_round_trip(tmp_path_factory: pytest.TempPathFactory, rounds: list, lp: float) -> None:
-    rec = make_log(rounds, options="ABC", logprobs=[[lp] * len(r) for r in rounds], max_rounds=4)
+    rec = make_log(rounds, options="ABC", logprobs=[[lp] * len(r) for r in rounds])
     log = L.QuestionLog.model_validate(rec)
     path = L.write_jsonl(tmp_path_factory.mktemp("rt") / "logs.jsonl", [log])
     (back,) = L.read_logs(path)

@@ -128,3 +128,29 @@ def test_first_round_rse_reads_round_one_of_known_qids():
     assert first_round_rse(recs, ["q1", "q2"]) == {"q1": pytest.approx(0.3)}
     with pytest.raises(ValueError, match="duplicate record for qid='q1' round=1"):
         first_round_rse([recs[0], recs[0]], ["q1"])
+
+
+def test_nli_scores_batch_equals_scalar_bit_for_bit() -> None:
+    """The batched RSE / hard SE used by feature_table equals the scalar definitions to the last bit."""
+    import numpy as np
+
+    from probeguard_core.rse import hard_semantic_entropy, nli_scores, rationale_semantic_entropy
+
+    rng = np.random.default_rng(42)
+    mats = []
+    for n in [0, 1, 2, 3, 5, 8, 8, 9, 12] * 20:
+        m = rng.random((n, n)).round(int(rng.integers(1, 4)))  # rounding makes ties at the 0.5 threshold
+        mats.append(m.tolist())
+    rse, hse = nli_scores(mats)
+    assert rse.tobytes() == np.array([rationale_semantic_entropy(m) for m in mats]).tobytes()
+    assert hse.tobytes() == np.array([hard_semantic_entropy(m) for m in mats]).tobytes()
+
+
+def test_nli_scores_rejects_what_the_scalar_rejects() -> None:
+    import pytest
+
+    from probeguard_core.rse import nli_scores
+
+    for bad in ([[1.0, 1.5], [0.2, 1.0]], [[1.0, float("nan")], [0.2, 1.0]], [[1.0, 0.5], [0.5]]):
+        with pytest.raises(ValueError):
+            nli_scores([bad])

@@ -8,31 +8,20 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from probeguard_core.fileio import jsonable, write_text_atomic
 from probeguard_core.release import Release
 
 __all__ = ["Outputs", "provenance_banner"]
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN: a missing number is null
-    if isinstance(value, float):
-        return round(value, 10)
-    return value
+    return jsonable(value, round_digits=10)  # results.json keeps 10 decimals
 
 
 class Outputs:
@@ -61,7 +50,7 @@ class Outputs:
         """Add headline numbers and (re)write ``results.json`` (sorted keys, NaN as null)."""
         self._results.update(values)
         path = self.dir / "results.json"
-        path.write_text(json.dumps(_jsonable(self._results), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_text_atomic(path, json.dumps(_jsonable(self._results), indent=2, sort_keys=True) + "\n")
         return dict(self._results)
 
 

@@ -21,7 +21,10 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError(f"--cells: unknown cell {c!r}; choose from {', '.join(M.CELL_INDEX)}")
     if not (0 < args.scale <= 1.0):
         raise UsageError(f"--scale must be in (0, 1], got {args.scale}")
-    path = simulate_release(args.out, cells=args.cells, scale=args.scale, progress=not args.quiet, resume=args.resume)
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    path = simulate_release(args.out, cells=args.cells, scale=args.scale, progress=not args.quiet, resume=args.resume,
+                            jobs=args.jobs)
     print(f"wrote {path}")
     return 0
 
@@ -34,4 +37,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="fraction of each cell's questions (a prefix), default 1.0")
     p.add_argument("--resume", action="store_true", help="keep cells whose logs file already exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--jobs", type=int, default=None, help="cells simulated at once (default: every core); output does not depend on it")
     p.set_defaults(handler=_run)

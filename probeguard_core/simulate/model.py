@@ -479,9 +479,39 @@ def _flipped_row(ans: np.ndarray, k: int, m: int) -> bool:
 
 
 def calibrate_cell(cell: str, params: dict[str, Any] | None = None) -> Calibration:
-    """Solve the cell's free parameters from its rate inputs (cached per parameter text)."""
+    """Solve the cell's free parameters from its rate inputs.
+
+    Cached per parameter text in memory and on disk (:func:`probeguard_core.cache.cached_json`,
+    keyed by the cell, the parameter text, numpy's version and the simulator's source), so the
+    Monte-Carlo calibration runs once per input, not once per process.
+    """
     params = params or load_params()
-    return _calibrate_cached(cell, yaml.safe_dump(params, sort_keys=True))
+    return _calibrate_on_disk(cell, yaml.safe_dump(params, sort_keys=True))
+
+
+def _calibration_to_json(cal: Calibration) -> dict[str, Any]:
+    return {"pi": cal.pi, "eta": cal.eta, "collapse": {a: list(t) for a, t in cal.collapse.items()},
+            "reanswer_tokens_median": cal.reanswer_tokens_median, "round1": {s: list(t) for s, t in cal.round1.items()},
+            "targets": {**cal.targets, "flips": {a: list(t) for a, t in cal.targets.get("flips", {}).items()}}}
+
+
+def _calibration_from_json(d: dict[str, Any]) -> Calibration:
+    targets = dict(d["targets"])
+    if "flips" in targets:
+        targets["flips"] = {a: tuple(t) for a, t in targets["flips"].items()}
+    return Calibration(pi=dict(d["pi"]), eta=d["eta"], collapse={a: tuple(t) for a, t in d["collapse"].items()},
+                       reanswer_tokens_median=d["reanswer_tokens_median"],
+                       round1={s: tuple(t) for s, t in d["round1"].items()}, targets=targets)
+
+
+@functools.lru_cache(maxsize=32)
+def _calibrate_on_disk(cell: str, params_text: str) -> Calibration:
+    from probeguard_core import cache
+
+    code = cache.code_fingerprint("probeguard_core.simulate.model", "probeguard_core.simulate.text")
+    key = {"cell": cell, "params": params_text, "numpy": np.__version__, "code": code}
+    return cache.cached_json("simulator-calibration", key, lambda: _calibrate_cached(cell, params_text),
+                             _calibration_to_json, _calibration_from_json)
 
 
 # ------------------------------------------------------------------------------------------

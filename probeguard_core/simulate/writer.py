@@ -9,6 +9,8 @@ file and the seed, so the same command reproduces the release bit for bit.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,12 +100,20 @@ def write_cell(out: str | Path, data: CellData) -> dict[str, Path]:
     return paths
 
 
+def _simulate_and_write(root: Path, cell: str, scale: float, progress: bool) -> str:
+    """One cell, simulated and written (a worker of :func:`simulate_release`)."""
+    write_cell(root, simulate_cell(cell, scale=scale, progress=progress))
+    return cell
+
+
 def simulate_release(out: str | Path, cells: list[str] | None = None, seed: int = SEED, scale: float = 1.0,
-                     *, progress: bool = True, resume: bool = False) -> Path:
+                     *, progress: bool = True, resume: bool = False, jobs: int | None = None) -> Path:
     """Generate the release into ``out``; returns the manifest path.
 
     ``cells`` restricts to some of :data:`model.CELLS` (paths such as ``"medqa/huatuogpt-o1-8b"``);
     ``resume`` keeps cells whose logs file already exists (an interrupted run continues).
+    ``jobs`` cells are simulated at once in worker processes (default: every core); each cell
+    depends only on the seed, its name and the parameters, so the bytes do not depend on ``jobs``.
     """
     if seed != SEED:
         raise ValueError(f"seed must be probeguard_core.SEED ({SEED}); the simulator derives every stream from it, got {seed}")
@@ -113,14 +123,25 @@ def simulate_release(out: str | Path, cells: list[str] | None = None, seed: int 
         M.cell_spec(c)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    summaries = []
-    for cell in tqdm(chosen, desc="cells", disable=not progress):
-        if resume and (root / cell / "logs.jsonl.gz").exists():
-            summaries.append(None)
-            continue
-        data = simulate_cell(cell, scale=scale, params=params, progress=progress)
-        write_cell(root, data)
-        summaries.append(data)
+    todo = [c for c in chosen if not (resume and (root / c / "logs.jsonl.gz").exists())]
+    jobs = max(1, min(len(todo), jobs or os.cpu_count() or 1))
+    bar = tqdm(total=len(todo), desc="cells", disable=not progress)
+    if jobs == 1:
+        for cell in todo:
+            _simulate_and_write(root, cell, scale, progress)
+            bar.update()
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_simulate_and_write, root, cell, scale, False) for cell in todo]
+            try:
+                for fut in as_completed(futures):
+                    fut.result()
+                    bar.update()
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+    bar.close()
     from probeguard_core.simulate.datasheet import render_datasheet
 
     (root / "DATASHEET.md").write_text(render_datasheet(root, chosen, params, scale), encoding="utf-8")
