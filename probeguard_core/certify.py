@@ -38,6 +38,7 @@ __all__ = [
     "LTTResult",
     "Certificate",
     "binomial_pvalue",
+    "check_level",
     "ltt_test",
     "ltt_threshold",
     "stratified_certify",
@@ -56,14 +57,28 @@ _K_EPS = 1e-9  # k = ceil(c*n - 1e-9), DESIGN 3
 
 
 # =========================================================================== validation
-def _check_level(name: str, v: float) -> float:
+def check_level(name: str, v: object, error: type[ValueError] = ValueError) -> float:
+    """The one validator of a risk level or error budget: a finite number in (0, 1), exclusive.
+
+    ``alpha`` (target selective risk, Eq. 5) and ``delta`` (error budget) of Algorithm 2 must
+    both lie in the open interval; NaN, infinities, booleans and non-numbers are refused with
+    ``error`` (a :class:`ValueError` subclass) naming ``name``.
+
+    >>> check_level("alpha", "0.1")
+    0.1
+    """
+    if isinstance(v, bool):
+        raise error(f"{name} must be a number in (0, 1), got {v!r}")
     try:
-        f = float(v)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a number in (0, 1), got {v!r}") from exc
-    if not (0.0 < f < 1.0):
-        raise ValueError(f"{name} must be in (0, 1), got {v!r}")
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise error(f"{name} must be a number in (0, 1), got {v!r}") from None
+    if not (0.0 < f < 1.0):  # also false for NaN
+        raise error(f"{name} must be in (0, 1) (exclusive), got {v!r}")
     return f
+
+
+_check_level = check_level  # old private name, kept for callers
 
 
 def _check_grid(grid: ArrayLike | None) -> NDArray[np.float64]:

@@ -79,7 +79,7 @@ def _certify(args: argparse.Namespace) -> int:
         print(f"probeguard certify: note: {note}", file=sys.stderr)
     print(f"certified {cert['n']} questions at alpha={cert['alpha']:g}, delta={cert['delta']:g}: "
           f"answers {cert['n_answered']} ({cert['coverage']:.3f}), "
-          f"{cert['n_certified_strata']} certified strata")
+          f"{cert['n_certified_strata']} certified strata (with a threshold) of {cert['n_tested_strata']} tested")
     for st in cert["strata"]:
         thr = "-" if st["threshold"] is None else f"{st['threshold']:.6g}"
         cov = "-" if st["coverage"] is None else f"{st['coverage']:.3f}"
