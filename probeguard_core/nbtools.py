@@ -1,79 +1,11 @@
-"""Small helpers that keep the book's notebooks to a screen of logic.
+"""Moved to :mod:`probeguard_core.book.nbtools`; this old module path stays as an alias of it.
 
-* :class:`Outputs` writes a notebook's artifacts into its ``output_dir``: tables as CSV,
-  figures as PNG and SVG, headline numbers as ``results.json``; byte-reproducible.
-* :func:`provenance_banner` renders the banner every page carries, read from the release manifest.
+Importing ``probeguard_core.nbtools`` gives the very module ``probeguard_core.book.nbtools`` (same
+object, so attributes and monkeypatches are shared).
 """
 
-from __future__ import annotations
+import sys
 
-import json
-import math
-import os
-from pathlib import Path
-from typing import Any
+from probeguard_core.book import nbtools as _impl
 
-import numpy as np
-import pandas as pd
-
-from probeguard_core.release import Release
-
-__all__ = ["Outputs", "provenance_banner"]
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN: a missing number is null
-    if isinstance(value, float):
-        return round(value, 10)
-    return value
-
-
-class Outputs:
-    """Write one notebook's tables, figures and headline numbers into ``output_dir``."""
-
-    def __init__(self, output_dir: str | os.PathLike[str]):
-        self.dir = Path(output_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._results: dict[str, Any] = {}
-
-    def table(self, name: str, df: pd.DataFrame, index: bool = False) -> pd.DataFrame:
-        """Save ``df`` as ``<name>.csv`` (fixed float format) and return it for display."""
-        df.to_csv(self.dir / f"{name}.csv", index=index, float_format="%.6g", lineterminator="\n")
-        return df
-
-    def figure(self, name: str, fig: Any) -> Any:
-        """Save a matplotlib figure as ``<name>.png`` and ``<name>.svg`` with no timestamps."""
-        import matplotlib as mpl
-
-        with mpl.rc_context({"svg.hashsalt": "probeguard", "svg.fonttype": "path"}):
-            fig.savefig(self.dir / f"{name}.png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-            fig.savefig(self.dir / f"{name}.svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-        return fig
-
-    def results(self, **values: Any) -> dict[str, Any]:
-        """Add headline numbers and (re)write ``results.json`` (sorted keys, NaN as null)."""
-        self._results.update(values)
-        path = self.dir / "results.json"
-        path.write_text(json.dumps(_jsonable(self._results), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        return dict(self._results)
-
-
-def provenance_banner(release: Release) -> Any:
-    """The banner shown at the top of every page: simulated or real, read from the manifest."""
-    from IPython.display import HTML
-
-    kind = "warning" if release.is_simulated else "note"
-    title = "Simulated release" if release.is_simulated else "Release"
-    text = release.describe()
-    html = (
-        f'<div class="admonition {kind} probeguard-provenance" data-provenance="{release.provenance}">'
-        f'<p class="admonition-title">{title}: {release.name}</p><p>{text}</p></div>'
-    )
-    return HTML(html)
+sys.modules[__name__] = _impl

@@ -1,0 +1,485 @@
+"""Build the book: run every notebook with papermill, then render with Jupyter Book.
+
+``python -m probeguard_core.book.build --release data/simulated-v1 --jobs 2``
+(the old ``python -m probeguard_core.book_build`` is the same command)
+
+1. Reads ``notebooks/registry.yml`` (the notebooks in the paper's order) and checks that it
+   agrees with ``notebooks/*.md`` and ``_toc.yml``.
+2. Converts each ``notebooks/<name>.md`` (jupytext MyST) to a notebook and executes it with
+   papermill in parallel (``--jobs`` processes, kernel ``python3`` of this interpreter, the
+   heaviest notebooks by registry ``weight`` first, BLAS / OpenMP pools at one thread unless
+   set), injecting ``release``, ``output_dir = book/_generated/<name>`` and ``--params-json``.
+3. Tags papermill's injected-parameters cell ``remove-cell`` so the book hides it and writes
+   the executed notebook to ``book/_generated/<name>.ipynb``.
+4. Runs ``jupyter-book build . -W -n --keep-going`` (execution is off in ``_config.yml``)
+   into ``_build/html``, with the release's provenance banner substituted into the prose
+   chapters. A failing notebook fails the build with its name and the error.
+
+Paths (the repository root, the release resolver) live in :mod:`probeguard_core.book.paths`;
+:func:`repo_root` and :func:`resolve` are re-exported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from probeguard_core.book.paths import BuildError, _root_from, repo_root, resolve, resolve_release  # noqa: F401
+
+__all__ = [
+    "BuildError",
+    "KERNEL_THREAD_VARS",
+    "NotebookEntry",
+    "NotebookResult",
+    "build_book",
+    "check_registry",
+    "execute_notebook",
+    "load_registry",
+    "main",
+    "repo_root",
+    "read_source",
+    "resolve",
+    "resolve_release",
+    "run_notebooks",
+]
+
+GENERATED = Path("book") / "_generated"
+REGISTRY = Path("notebooks") / "registry.yml"
+KERNEL = "python3"
+
+
+# --------------------------------------------------------------------------- registry
+@dataclass(frozen=True)
+class NotebookEntry:
+    """One entry of ``notebooks/registry.yml``."""
+
+    name: str
+    chapter: str
+    test_params: dict[str, Any] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
+    weight: float = 0.0  # measured cold run time (s): the parallel build starts the heaviest first
+
+    @property
+    def source(self) -> Path:
+        return Path("notebooks") / f"{self.name}.md"
+
+
+def load_registry(root: Path | None = None) -> list[NotebookEntry]:
+    """Read ``notebooks/registry.yml`` (a list of ``{name, chapter, test_params, outputs, weight}``)."""
+    root = root or repo_root()
+    path = root / REGISTRY
+    if not path.is_file():
+        raise BuildError(f"{path}: the notebook registry is missing")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    if not isinstance(data, list):
+        raise BuildError(f"{path}: expected a list of notebook entries")
+    entries: list[NotebookEntry] = []
+    seen: set[str] = set()
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or not {"name", "chapter"} <= set(item):
+            raise BuildError(f"{path}: entry {i} needs at least 'name' and 'chapter'")
+        unknown = set(item) - {"name", "chapter", "test_params", "outputs", "weight"}
+        if unknown:
+            raise BuildError(f"{path}: entry {i} ({item['name']}): unknown field(s) {sorted(unknown)}")
+        name = str(item["name"])
+        if name in seen:
+            raise BuildError(f"{path}: notebook {name!r} is registered twice")
+        seen.add(name)
+        tp = item.get("test_params") or {}
+        if not isinstance(tp, dict):
+            raise BuildError(f"{path}: entry {name}: test_params must be a mapping")
+        outs = item.get("outputs") or []
+        if not isinstance(outs, list) or not all(isinstance(o, str) for o in outs):
+            raise BuildError(f"{path}: entry {name}: outputs must be a list of file names")
+        weight = item.get("weight", 0.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
+            raise BuildError(f"{path}: entry {name}: weight must be a non-negative number of seconds, got {weight!r}")
+        entries.append(NotebookEntry(name, str(item["chapter"]), dict(tp), tuple(outs), float(weight)))
+    return entries
+
+
+def _toc_files(node: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(node, dict):
+        if "file" in node:
+            out.append(str(node["file"]))
+        for key in ("parts", "chapters", "sections"):
+            for child in node.get(key, []) or []:
+                out.extend(_toc_files(child))
+    elif isinstance(node, list):
+        for child in node:
+            out.extend(_toc_files(child))
+    return out
+
+
+def check_registry(root: Path | None = None, strict: bool = True) -> list[NotebookEntry]:
+    """Check that the registry, ``notebooks/*.md`` and ``_toc.yml`` agree; return the entries.
+
+    With ``strict=False`` (``--only`` builds) a notebook on disk that is not registered yet is
+    reported on stderr instead of failing the build."""
+    root = root or repo_root()
+    entries = load_registry(root)
+    names = [e.name for e in entries]
+    on_disk = sorted(p.stem for p in (root / "notebooks").glob("*.md") if p.name != "README.md")
+    problems: list[str] = []
+    for n in on_disk:
+        if n not in names:
+            msg = f"notebooks/{n}.md is not registered in {REGISTRY}"
+            if strict:
+                problems.append(msg)
+            else:
+                print(f"book_build: warning: {msg}", file=sys.stderr)
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    toc_files = [f.removesuffix(".md").removesuffix(".ipynb") for f in [toc.get("root", ""), *_toc_files(toc)]]
+    for e in entries:
+        if not (root / e.source).is_file():
+            problems.append(f"{REGISTRY}: {e.name}: {e.source} does not exist")
+        if not (root / e.chapter).is_file():
+            problems.append(f"{REGISTRY}: {e.name}: chapter {e.chapter} does not exist")
+        if e.chapter.removesuffix(".md") not in toc_files:
+            problems.append(f"_toc.yml: chapter {e.chapter} of {e.name} is not listed")
+        if (GENERATED / e.name).as_posix() not in toc_files:
+            problems.append(f"_toc.yml: {GENERATED.as_posix()}/{e.name} is not listed (as a section of {e.chapter})")
+    for f in toc_files:
+        if f.startswith(GENERATED.as_posix() + "/") and f.split("/")[-1] not in names:
+            problems.append(f"_toc.yml lists {f} but no notebook of that name is registered")
+    if problems:
+        raise BuildError("notebook registry mismatch:\n  " + "\n  ".join(problems))
+    return entries
+
+
+# --------------------------------------------------------------------------- execution
+@dataclass
+class NotebookResult:
+    name: str
+    ok: bool
+    wall_s: float
+    output: Path
+    error: str = ""
+
+
+def read_source(path: Path) -> Any:
+    """A jupytext source as a notebook with stable cell ids; it must have a ``parameters`` cell."""
+    import jupytext
+
+    nb = jupytext.read(path)
+    # Stable cell ids (jupytext assigns random ones) keep executed notebooks diffable.
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i:03d}"
+    if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
+        raise BuildError(f"{path}: no cell tagged 'parameters'")
+    return nb
+
+
+_read_source = read_source  # the old private name
+
+
+def _hide_injected(nb: Any) -> None:
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            cell["metadata"]["tags"] = [*tags, "remove-cell"]
+
+
+#: Thread pools of the kernels' numerical libraries: one thread each unless the user set them.
+#: The build already runs ``--jobs`` kernels side by side; BLAS / OpenMP pools on top of that
+#: oversubscribe the cores (scikit-learn's many small fits run ~20x slower on a shared 2-core machine).
+KERNEL_THREAD_VARS: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def _kernel_env() -> Iterator[None]:
+    """Set :data:`KERNEL_THREAD_VARS` to 1 where unset while a kernel starts (it inherits the
+    environment); restore the environment afterwards."""
+    added = [v for v in KERNEL_THREAD_VARS if v not in os.environ]
+    for v in added:
+        os.environ[v] = "1"
+    try:
+        yield
+    finally:
+        for v in added:
+            os.environ.pop(v, None)
+
+
+def _ipc_kernel_manager() -> type:
+    """An ``AsyncKernelManager`` whose kernel talks over unix sockets in a private temporary
+    folder, so kernels started at once by parallel builds (and parallel test workers) never
+    race for the same TCP ports or socket names."""
+    import shutil
+    import tempfile
+
+    from jupyter_client import AsyncKernelManager
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self) -> str:
+            return "ipc"
+
+        @default("ip")
+        def _ip_default(self) -> str:
+            return os.path.join(tempfile.mkdtemp(prefix="probeguard-kernel-"), "k")
+
+        def cleanup_ipc_files(self) -> None:
+            super().cleanup_ipc_files()
+            shutil.rmtree(os.path.dirname(self.ip), ignore_errors=True)
+
+    return IPCKernelManager
+
+
+#: Errors after which a notebook is run once more on a fresh kernel (a lost kernel message or a
+#: dead kernel, not an error in the notebook's code).
+_RETRYABLE = ("CellTimeoutError", "DeadKernelError", "TimeoutError", "RuntimeError: Kernel died")
+
+
+def _run_papermill(source: Path, output: Path, parameters: dict[str, Any], cwd: Path, timeout_s: int) -> str:
+    """One papermill run of a freshly read source; returns "" on success, else the error line."""
+    import papermill as pm
+
+    nb = read_source(source)
+    try:
+        with _kernel_env():
+            pm.execute_notebook(
+                nb,
+                str(output),
+                parameters=parameters,
+                kernel_name=KERNEL,
+                cwd=str(cwd),
+                progress_bar=False,
+                log_output=False,
+                execution_timeout=timeout_s,
+                report_mode=False,
+                kernel_manager_class=_ipc_kernel_manager(),
+            )
+    except pm.PapermillExecutionError as exc:
+        return f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    except Exception as exc:  # a setup failure (bad source, kernel did not start), a timeout
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def execute_notebook(
+    source: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    parameters: dict[str, Any],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: int | None = None,
+) -> NotebookResult:
+    """Run one jupytext notebook with papermill; write the executed ``.ipynb`` to ``output``.
+
+    Never raises for a failing cell: the result carries ``ok=False`` and the error line
+    (``ExceptionName: message`` and the failing cell's number).  A cell that exceeds
+    ``timeout_s`` (default: ``$PROBEGUARD_CELL_TIMEOUT`` or 600 s) or a kernel that dies is
+    retried once on a fresh kernel."""
+    import nbformat
+
+    source, output = Path(source), Path(output)
+    name = source.stem
+    output.parent.mkdir(parents=True, exist_ok=True)
+    if timeout_s is None:
+        timeout_s = int(os.environ.get("PROBEGUARD_CELL_TIMEOUT", "600"))
+    t0 = time.perf_counter()
+    try:
+        read_source(source)
+    except Exception as exc:  # a bad source is not worth a retry
+        error = f"{type(exc).__name__}: {exc}"
+    else:
+        error = _run_papermill(source, output, parameters, Path(cwd or repo_root()), timeout_s)
+        if error.startswith(_RETRYABLE):
+            print(f"  {name}: {error.splitlines()[0]}; retrying once on a fresh kernel", flush=True)
+            error = _run_papermill(source, output, parameters, Path(cwd or repo_root()), timeout_s)
+    wall = time.perf_counter() - t0
+    if output.exists():
+        executed = nbformat.read(output, as_version=4)
+        _hide_injected(executed)
+        nbformat.write(executed, output)
+    return NotebookResult(name, not error, wall, output, error)
+
+
+def _worker(args: tuple[str, str, dict[str, Any], str]) -> NotebookResult:
+    source, output, params, cwd = args
+    os.environ.setdefault("PROBEGUARD_REPO_ROOT", cwd)
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    return execute_notebook(source, output, params, cwd=cwd)
+
+
+def run_notebooks(
+    release: str | os.PathLike[str],
+    *,
+    jobs: int = 2,
+    only: Sequence[str] | None = None,
+    params: dict[str, Any] | None = None,
+    generated: str | os.PathLike[str] | None = None,
+    root: Path | None = None,
+    per_notebook: dict[str, dict[str, Any]] | None = None,
+) -> list[NotebookResult]:
+    """Execute the registered notebooks (all, or ``only`` those) in parallel; return their results
+    in registry order. Each gets ``release``, ``output_dir = <generated>/<name>`` and ``params``
+    (then ``per_notebook[name]``)."""
+    root = root or repo_root()
+    entries = load_registry(root)
+    known = [e.name for e in entries]
+    if only:
+        bad = [n for n in only if n not in known]
+        if bad:
+            raise ValueError(f"--only: unknown notebook(s) {bad}; registered: {known}")
+        entries = [e for e in entries if e.name in only]
+    rel_path = resolve_release(release, root)
+    gen = Path(generated) if generated else root / GENERATED
+    gen.mkdir(parents=True, exist_ok=True)
+    tasks = []
+    for e in entries:
+        p = {"release": str(rel_path), **(params or {}), **((per_notebook or {}).get(e.name, {}))}
+        p["output_dir"] = str(gen / e.name)
+        tasks.append((str(root / e.source), str(gen / f"{e.name}.ipynb"), p, str(root)))
+    # Heaviest first (registry ``weight``, stable): the pool then finishes sooner (longest-processing-time
+    # order); results are still returned in registry order.
+    weight = {e.name: e.weight for e in entries}
+    tasks.sort(key=lambda t: -weight[Path(t[0]).stem])
+    results: dict[str, NotebookResult] = {}
+    if jobs <= 1 or len(tasks) == 1:
+        for t in tasks:
+            r = _worker(t)
+            results[r.name] = r
+            _report(r)
+    else:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_worker, t) for t in tasks]
+            for f in as_completed(futures):
+                r = f.result()
+                results[r.name] = r
+                _report(r)
+    return [results[e.name] for e in entries]
+
+
+def _report(r: NotebookResult) -> None:
+    status = "ok" if r.ok else f"FAILED: {r.error}"
+    print(f"  {r.name:<28s} {r.wall_s:7.1f} s  {status}", flush=True)
+
+
+# --------------------------------------------------------------------------- jupyter-book
+def _banner_markdown(release_path: Path) -> str:
+    from probeguard_core.release import load_release
+
+    rel = load_release(release_path, verify=False)
+    kind = "warning" if rel.is_simulated else "note"
+    title = ("Simulated release: " if rel.is_simulated else "Release: ") + rel.name
+    return f"```{{admonition}} {title}\n:class: {kind} probeguard-provenance\n\n{rel.describe()}\n```\n"
+
+
+def _filtered_toc(toc: dict[str, Any], keep: set[str]) -> dict[str, Any]:
+    """Drop generated sections not in ``keep``, and chapters left with no notebook that had some."""
+
+    def walk(items: list[Any]) -> list[Any]:
+        out = []
+        for item in items:
+            f = str(item.get("file", ""))
+            if f.startswith(GENERATED.as_posix() + "/") and f.split("/")[-1] not in keep:
+                continue
+            new = dict(item)
+            if "sections" in item:
+                had = bool(item["sections"])
+                new["sections"] = walk(item["sections"])
+                if had and not new["sections"]:
+                    continue
+            out.append(new)
+        return out
+
+    new = dict(toc)
+    if "chapters" in toc:
+        new["chapters"] = walk(toc["chapters"])
+    if "parts" in toc:
+        parts = [{**p, "chapters": walk(p.get("chapters", []))} for p in toc["parts"]]
+        new["parts"] = [p for p in parts if p["chapters"]]  # an empty part is a malformed toc
+    return new
+
+
+def build_book(
+    release: str | os.PathLike[str],
+    *,
+    root: Path | None = None,
+    only: Sequence[str] | None = None,
+    quiet: bool = True,
+) -> Path:
+    """``jupyter-book build`` with warnings as errors, execution off, into ``_build/html``."""
+    root = root or repo_root()
+    build = root / "_build"
+    build.mkdir(exist_ok=True)
+    config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+    subs = config.setdefault("parse", {}).setdefault("myst_substitutions", {})
+    subs["provenance_banner"] = _banner_markdown(resolve(release, root))
+    cfg_path = build / "_config.generated.yml"
+    cfg_path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    cmd = [
+        str(Path(sys.executable).parent / "jupyter-book"), "build", str(root),
+        "--config", str(cfg_path), "-W", "-n", "--keep-going", "--all",
+    ]
+    if only:
+        toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+        toc_path = build / "_toc.generated.yml"
+        toc_path.write_text(yaml.safe_dump(_filtered_toc(toc, set(only)), sort_keys=False), encoding="utf-8")
+        cmd += ["--toc", str(toc_path)]
+    if quiet:
+        cmd.append("-q")
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-6000:]
+        raise BuildError(f"jupyter-book build failed (exit {proc.returncode}):\n{tail}")
+    return build / "html"
+
+
+# --------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m probeguard_core.book_build", description=__doc__.split("\n")[0])
+    ap.add_argument("--release", required=True, help="release folder (absolute or relative to the repo root)")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="notebooks run in parallel")
+    ap.add_argument("--only", action="append", metavar="NAME", help="run only this notebook (repeatable)")
+    ap.add_argument("--params-json", default=None, help='extra parameters for every notebook, e.g. \'{"n_splits": 3}\'')
+    ap.add_argument("--no-html", action="store_true", help="execute the notebooks but skip jupyter-book")
+    args = ap.parse_args(argv)
+    try:
+        params = json.loads(args.params_json) if args.params_json else {}
+        if not isinstance(params, dict):
+            raise ValueError("--params-json must be a JSON object")
+        if args.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        root = repo_root()
+        check_registry(root, strict=not args.only)
+        release = resolve(args.release)
+        t0 = time.perf_counter()
+        print(f"executing notebooks ({args.jobs} in parallel) on {release}", flush=True)
+        results = run_notebooks(release, jobs=args.jobs, only=args.only, params=params, root=root)
+        t_nb = time.perf_counter() - t0
+        failed = [r for r in results if not r.ok]
+        print(f"notebooks: {len(results) - len(failed)} ok, {len(failed)} failed, {t_nb:.1f} s wall", flush=True)
+        if failed:
+            lines = "\n".join(f"  {r.name}: {r.error} (see {r.output})" for r in failed)
+            raise BuildError(f"{len(failed)} notebook(s) failed:\n{lines}")
+        if not args.no_html:
+            t1 = time.perf_counter()
+            html = build_book(release, root=root, only=args.only)
+            print(f"jupyter-book: {time.perf_counter() - t1:.1f} s -> {html}/index.html", flush=True)
+        print(f"total {time.perf_counter() - t0:.1f} s", flush=True)
+    except (BuildError, ValueError, json.JSONDecodeError) as exc:
+        print(f"book_build: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
