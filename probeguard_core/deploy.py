@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from probeguard_core.deploy_certificate import (
     jsonable,
 )
 from probeguard_core.features import final_answer, is_correct
-from probeguard_core.release import sha256_file
+from probeguard_core.release import check_records_join, sha256_file
 
 __all__ = [
     "ASSUMPTION",
@@ -121,13 +122,15 @@ def _paths(p: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None) 
 
 def _read_unique(paths: list[Path], read: Any, logs: list[L.QuestionLog], files: list[dict[str, str]],
                  role: str, key: Any, describe: Any) -> list[Any] | None:
-    """Read ``paths`` with ``read(path, logs=logs)``; a record key seen in an earlier file is an error."""
+    """Read ``paths`` with ``read(path, logs=logs)``; each record must join its log
+    (:func:`probeguard_core.release.check_records_join`); a key seen in an earlier file is an error."""
     if not paths:
         return None
     out: list[Any] = []
     seen: dict[Any, Path] = {}
     for p in paths:
         recs = read(p, logs=logs)
+        check_records_join(recs, logs, p, "probe" if role == "probe" else "NLI")
         for line, rec in enumerate(recs, start=1):
             k = key(rec)
             if k in seen:
@@ -146,8 +149,9 @@ def load_inputs(
     """Read every file strictly (:mod:`probeguard_core.logs`) and record its sha256.
 
     qids must be unique across all logs files (a duplicate names both files); probe and NLI
-    records are checked against the logs (consensus, rounds, known qids) by the readers and
-    must be unique across files.
+    records are checked against the logs (consensus, rounds) by the readers, must join a
+    logged question of the same dataset and backbone (one rule,
+    :func:`probeguard_core.release.check_records_join`) and must be unique across files.
     """
     log_paths = _paths(logs)
     if not log_paths:
@@ -643,11 +647,38 @@ def _umask() -> int:
     return mask
 
 
+_TMP_SUFFIX = ".tmp"
+
+
+def _tmp_pattern(path: Path) -> re.Pattern[str]:
+    """Names ``tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")`` gives for ``path``."""
+    return re.compile(rf"\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}{re.escape(_TMP_SUFFIX)}")
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove temporary files a killed earlier run left beside ``path``; return them.
+
+    Only names of the exact shape this writer creates for ``path`` (``.NAME.XXXXXXXX.tmp``)
+    are touched, and only regular files.
+    """
+    folder = path.parent
+    if not folder.is_dir():
+        return []
+    pat = _tmp_pattern(path)
+    gone = []
+    for entry in os.scandir(folder):
+        if pat.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+            gone.append(Path(entry.path))
+    return gone
+
+
 def write_files_atomically(files: Mapping[Path, bytes]) -> None:
     """Write every file via a temporary file in its folder and ``os.replace``; all or nothing.
 
     On any failure the temporary files, the files already renamed in this call and the folders
-    this call created are removed, and :class:`DeployError` names the path.
+    this call created are removed, and :class:`DeployError` names the path.  Temporary files
+    left by an earlier run that was killed (no cleanup possible) are removed first.
     """
     created: list[Path] = []
     tmps: dict[Path, str] = {}
@@ -655,9 +686,10 @@ def write_files_atomically(files: Mapping[Path, bytes]) -> None:
     try:
         for path in files:
             created += _ensure_dir(path.parent)
+            remove_stale_temporaries(path)
         for path, data in files.items():
             try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TMP_SUFFIX, dir=path.parent)
             except OSError as exc:
                 raise DeployError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
             tmps[path] = tmp

@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -59,6 +59,7 @@ __all__ = [
     "Release",
     "ReleaseError",
     "backbone_slug",
+    "check_records_join",
     "load_release",
     "sha256_file",
     "write_manifest",
@@ -83,6 +84,32 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def check_records_join(
+    records: Sequence[L.ProbeRecord | L.NLIRecord | L.SelfReport],
+    logs: Iterable[L.QuestionLog],
+    path: str | os.PathLike[str],
+    kind: str,
+) -> None:
+    """The one join rule for probe, NLI and self-report records (DESIGN 2.2-2.4).
+
+    Every record's qid must be a question of ``logs``, and its ``dataset`` and ``backbone``
+    must be that question's: a record of another run (same qid, other model or benchmark) is
+    an error, never silently joined, and a record for a question absent from the logs is an
+    error, never silently dropped.  Raises :class:`~probeguard_core.logs.LogFormatError` naming
+    ``path``, the record's position (its line) and the field.
+    """
+    by_qid = {log.qid: log for log in logs}
+    for line, rec in enumerate(records, start=1):
+        log = by_qid.get(rec.qid)
+        if log is None:
+            raise L.LogFormatError(path, line, "qid", f"{kind} record for qid {rec.qid!r}, which is not in the "
+                                   "execution logs (records must describe the logged questions)")
+        for fld in ("dataset", "backbone"):
+            if getattr(rec, fld) != getattr(log, fld):
+                raise L.LogFormatError(path, line, fld, f"{kind} record of {fld} {getattr(rec, fld)!r} but the log of "
+                                       f"qid {rec.qid!r} has {fld} {getattr(log, fld)!r}")
 
 
 def _artifact_path(folder: Path, kind: str) -> Path | None:
@@ -124,17 +151,29 @@ class Cell:
     @cached_property
     def probe(self) -> list[L.ProbeRecord] | None:
         p = self.file("probe")
-        return None if p is None else L.read_probe(p, logs=self.logs)
+        if p is None:
+            return None
+        recs = L.read_probe(p, logs=self.logs)
+        check_records_join(recs, self.logs, p, "probe")
+        return recs
 
     @cached_property
     def nli(self) -> list[L.NLIRecord] | None:
         p = self.file("nli")
-        return None if p is None else L.read_nli(p, logs=self.logs)
+        if p is None:
+            return None
+        recs = L.read_nli(p, logs=self.logs)
+        check_records_join(recs, self.logs, p, "NLI")
+        return recs
 
     @cached_property
     def self_report(self) -> list[L.SelfReport] | None:
         p = self.file("self_report")
-        return None if p is None else L.read_self_report(p)
+        if p is None:
+            return None
+        recs = L.read_self_report(p)
+        check_records_join(recs, self.logs, p, "self-report")
+        return recs
 
     def probe_by_arm(self, arm: str = "counter_evidence") -> list[L.ProbeRecord]:
         if arm not in L.ARMS:
