@@ -360,8 +360,8 @@ def _check_structure(obj: Any, where: str) -> None:
             c = consts.get(sig) if isinstance(consts, dict) else None
             if not isinstance(c, dict) or not all(_typed(c.get(k), float) for k in ("mean", "sd")):
                 raise CertificateError(f"{where}: standardization[{ds!r}].{sig} must hold numeric 'mean' and 'sd'")
-            if not c["sd"] > 0 or not _typed(c.get("n"), int) or c["n"] < 1:
-                raise CertificateError(f"{where}: standardization[{ds!r}].{sig} needs sd > 0 and an integer n >= 1")
+            if not c["sd"] >= 0 or not _typed(c.get("n"), int) or c["n"] < 1:
+                raise CertificateError(f"{where}: standardization[{ds!r}].{sig} needs sd >= 0 and an integer n >= 1")
     has_s1_threshold = any(st.get("threshold") is not None and str(st["name"]).startswith("S1") for st in obj["strata"])
     if has_s1_threshold and not obj["standardization"]:
         raise CertificateError(f"{where}: an S1 stratum has a threshold but 'standardization' is empty")

@@ -362,7 +362,7 @@ TAMPERED: list[tuple[str, Any, str]] = [
     ("z_mean_edited", lambda o: _bump(o["standardization"]["medqa"]["kappa"], "mean", 0.05),
      "field 'standardization' was edited"),
     ("z_n_edited", lambda o: _bump(o["standardization"]["medqa"]["kappa"], "n", 1), "'standardization' counts"),
-    ("z_sd_zero", lambda o: o["standardization"]["medqa"]["rse"].update(sd=0.0), "sd > 0"),
+    ("z_sd_negative", lambda o: o["standardization"]["medqa"]["rse"].update(sd=-0.1), "sd >= 0"),
     ("certified_list_lies", lambda o: o.update(certified_strata=[s["name"] for s in o["strata"]]), "certified_strata"),
     ("tested_count_lies", lambda o: _bump(o, "n_tested_strata", 1), "n_tested_strata"),
     ("notes_edited", lambda o: o["notes"].append("trust me"), "field 'notes' was edited"),
