@@ -110,6 +110,7 @@ class Inputs:
     probe: list[L.ProbeRecord] | None = None
     nli: list[L.NLIRecord] | None = None
     files: list[dict[str, str]] = field(default_factory=list)  # role, path, sha256
+    log_sources: list[int] = field(default_factory=list)  # index of the logs file each log came from
 
 
 def _paths(p: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None) -> list[Path]:
@@ -159,8 +160,10 @@ def load_inputs(
     all_logs: list[L.QuestionLog] = []
     first_file: dict[str, Path] = {}
     files: list[dict[str, str]] = []
-    for p in log_paths:
+    sources: list[int] = []
+    for i, p in enumerate(log_paths):
         recs = L.read_logs(p)
+        sources += [i] * len(recs)
         for line, rec in enumerate(recs, start=1):
             if rec.qid in first_file:
                 raise L.LogFormatError(
@@ -174,7 +177,7 @@ def load_inputs(
                               lambda r: (r.qid, r.arm), lambda r: f"probe record qid={r.qid!r}, arm={r.arm!r}")
     nli_recs = _read_unique(_paths(nli), L.read_nli, all_logs, files, "nli",
                             lambda r: (r.qid, r.round), lambda r: f"NLI record qid={r.qid!r}, round={r.round}")
-    return Inputs(all_logs, probe_recs, nli_recs, files)
+    return Inputs(all_logs, probe_recs, nli_recs, files, sources)
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "probeguard_core.cli.validate",
     "probeguard_core.cli.convert",
     "probeguard_core.cli.certify",
+    "probeguard_core.cli.monitor",
     "probeguard_core.cli.pipeline",
     "probeguard_core.cli.simulate",
 )
