@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +32,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from probeguard_core import __version__
+from probeguard_core import __version__, scoring
 from probeguard_core import certify as C
 from probeguard_core import logs as L
-from probeguard_core import scoring
 from probeguard_core.deploy_certificate import (
     CERTIFICATE_FORMAT,
     CERTIFICATE_VERSION,
@@ -48,12 +45,19 @@ from probeguard_core.deploy_certificate import (
     StratumCertificate,
     jsonable,
 )
+from probeguard_core.deploy_io import (
+    DeployError,
+    atomic_write_text,
+    remove_stale_temporaries,
+    write_files_atomically,
+)
 from probeguard_core.features import final_answer, is_correct
 from probeguard_core.release import check_records_join, sha256_file
 
 __all__ = [
     "ASSUMPTION",
     "CERTIFICATE_FORMAT",
+    "CERTIFICATE_VERSION",
     "SCORE_DEFINITIONS",
     "UNSPECIFIED",
     "DeployError",
@@ -65,6 +69,7 @@ __all__ = [
     "certify_logs",
     "load_certificate",
     "load_inputs",
+    "remove_stale_temporaries",
     "validate_certificate",
     "write_decisions",
     "write_files_atomically",
@@ -92,10 +97,6 @@ _DECISION_COLUMNS = [
     "qid", "dataset", "stratum", "base_stratum", "specialty", "score", "threshold", "decision", "reason",
     "final_answer", "system_answer",
 ]
-
-
-class DeployError(ValueError):
-    """A bad certification / application request (names the input or parameter)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,7 +369,7 @@ def _certify(req: _Request, sc: _Scored) -> tuple[list[str], pd.DataFrame, dict[
 def _stratum_entry(name: str, rows: pd.DataFrame, tested: list[str], pv: pd.DataFrame,
                    thresholds: Mapping[str, float | None], alpha: float, level: float | None) -> StratumCertificate:
     base, _, spec = name.partition("|")
-    n = int(len(rows))
+    n = len(rows)
     n_err = int((~rows["correct"].astype(bool)).sum())
     grid: tuple[GridPoint, ...] = ()
     lam = thresholds.get(name)
@@ -416,7 +417,7 @@ def _serialize(req: _Request, sc: _Scored, tested: list[str], pv: pd.DataFrame,
                    key=_stratum_sort_key)
     strata = tuple(_stratum_entry(nm, df[df["stratum_name"] == nm], tested, pv, thresholds, req.alpha, level)
                    for nm in names)
-    n_total = int(len(df))
+    n_total = len(df)
     n_answer = sum(s.n_answered for s in strata)
     return DeploymentCertificate(
         package="probeguard_core", package_version=__version__, created_by=req.created_by,
@@ -611,124 +612,6 @@ def apply_certificate(
 # --------------------------------------------------------------------------------------------
 # Atomic output
 # --------------------------------------------------------------------------------------------
-
-def _ensure_dir(folder: Path) -> list[Path]:
-    """Create ``folder`` (and parents); return the folders created, deepest last."""
-    created: list[Path] = []
-    missing = []
-    p = folder
-    while not p.exists():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    if p.exists() and not p.is_dir():
-        raise DeployError(f"cannot create output folder {folder}: {p} is a file, not a folder")
-    for d in reversed(missing):
-        try:
-            d.mkdir()
-        except OSError as exc:
-            _remove_dirs(created)
-            raise DeployError(f"cannot create output folder {folder}: {exc.strerror or exc}") from None
-        created.append(d)
-    if not folder.is_dir():
-        raise DeployError(f"output path {folder} exists and is not a folder")
-    return created
-
-
-def _remove_dirs(created: list[Path]) -> None:
-    for d in reversed(created):
-        try:
-            d.rmdir()
-        except OSError:
-            pass
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_TMP_SUFFIX = ".tmp"
-
-
-def _tmp_pattern(path: Path) -> re.Pattern[str]:
-    """Names ``tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")`` gives for ``path``."""
-    return re.compile(rf"\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}{re.escape(_TMP_SUFFIX)}")
-
-
-def remove_stale_temporaries(path: Path) -> list[Path]:
-    """Remove temporary files a killed earlier run left beside ``path``; return them.
-
-    Only names of the exact shape this writer creates for ``path`` (``.NAME.XXXXXXXX.tmp``)
-    are touched, and only regular files.
-    """
-    folder = path.parent
-    if not folder.is_dir():
-        return []
-    pat = _tmp_pattern(path)
-    gone = []
-    for entry in os.scandir(folder):
-        if pat.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
-            os.unlink(entry.path)
-            gone.append(Path(entry.path))
-    return gone
-
-
-def write_files_atomically(files: Mapping[Path, bytes]) -> None:
-    """Write every file via a temporary file in its folder and ``os.replace``; all or nothing.
-
-    On any failure the temporary files, the files already renamed in this call and the folders
-    this call created are removed, and :class:`DeployError` names the path.  Temporary files
-    left by an earlier run that was killed (no cleanup possible) are removed first.
-    """
-    created: list[Path] = []
-    tmps: dict[Path, str] = {}
-    done: list[Path] = []
-    try:
-        for path in files:
-            created += _ensure_dir(path.parent)
-            remove_stale_temporaries(path)
-        for path, data in files.items():
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TMP_SUFFIX, dir=path.parent)
-            except OSError as exc:
-                raise DeployError(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
-            tmps[path] = tmp
-            try:
-                os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            except OSError as exc:
-                raise DeployError(f"cannot write {path}: {exc.strerror or exc}") from None
-        for path, tmp in tmps.items():
-            if path.is_dir():
-                raise DeployError(f"cannot write {path}: it is a folder")
-            try:
-                os.replace(tmp, path)
-            except OSError as exc:
-                raise DeployError(f"cannot write {path}: {exc.strerror or exc}") from None
-            done.append(path)
-    except BaseException:
-        for tmp in tmps.values():
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        for path in done:
-            if path.exists():
-                path.unlink()
-        _remove_dirs(created)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) atomically to ``path``."""
-    p = Path(path)
-    write_files_atomically({p: text.encode("utf-8")})
-    return p
-
 
 def certificate_bytes(cert: Mapping[str, Any]) -> bytes:
     """The canonical ``certificate.json`` bytes (stable key order, no NaN)."""

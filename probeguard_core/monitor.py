@@ -149,7 +149,7 @@ class MonitorResult:
             last = part.iloc[-1] if len(part) else None
             al = self.alarms.get(s)
             rows.append({
-                "stratum": s, "answered": int(len(part)), "errors": int(part["error"].sum()) if len(part) else 0,
+                "stratum": s, "answered": len(part), "errors": int(part["error"].sum()) if len(part) else 0,
                 "risk": float(part["error"].mean()) if len(part) else math.nan,
                 "lcb_last": float(last["lcb"]) if last is not None else 0.0, "alpha": self.alpha,
                 "alarm": al is not None, "alarm_position": al["position"] if al else None,
@@ -233,7 +233,7 @@ def monitor(cert: Mapping[str, Any], batches: Sequence[StreamBatch], *, level: f
     series = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["stratum", "position", "batch", "batch_label", "qid", "error", "n", "errors", "log_e", "lcb"])
     return MonitorResult(alpha, level, float(prior_strength), cert.get("content_sha256"), info, series,
-                         int(len(allq)), strata, alarms)
+                         len(allq), strata, alarms)
 
 
 def window_inputs(batches: Sequence[StreamBatch], window: int) -> tuple[deploy.Inputs, dict[str, Any]]:
@@ -304,8 +304,8 @@ def timeline_html(result: MonitorResult, title: str = "ProbeGuard monitor") -> s
     def y(v: float) -> float:
         return mt + ph * (1 - v / ymax)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" '
-             f'aria-label="{esc(title)}: risk lower bound per stratum over the stream"><title>{esc(title)}</title>',
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" '
+             f'aria-label="{esc(title)}: risk lower bound per stratum over the stream"><title>{esc(title)}</title>'),
              f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#999"/>']
     pos = 0
     for b in result.batches[:-1]:
@@ -436,7 +436,7 @@ class StreamExperiment:
         """Detection delay after the change point, in questions streamed and in answered questions."""
         hit = self.alarms[self.alarms["alarm"]]
         d = hit["delay"].to_numpy(dtype=float)
-        return {"streams": self.n_streams, "detected": int(len(hit)),
+        return {"streams": self.n_streams, "detected": len(hit),
                 "median_delay": float(np.median(d)) if len(d) else None,
                 "q25": float(np.quantile(d, 0.25)) if len(d) else None,
                 "q75": float(np.quantile(d, 0.75)) if len(d) else None,

@@ -119,8 +119,8 @@ def measured_rates(path: str | os.PathLike[str] | None = None) -> tuple[pd.DataF
         ("false alarms", f"{nd['alarms']} ({nd['rate']:.4f})"),
         ("exact one-sided 95% upper bound", f"{nd['upper_95']:.4f}"),
         ("nominal level", f"{nd['nominal']:g}"),
-        ("drift streams (simulator)", f"{dr['streams']} streams × {dr['length']} questions, base error "
-                                      f"+{dr['shift']:g} at question {dr['change_at']}"),
+        ("drift streams (simulator)", (f"{dr['streams']} streams × {dr['length']} questions, base error "
+                                      f"+{dr['shift']:g} at question {dr['change_at']}")),
         ("detected", f"{dr['detected']} of {dr['streams']}"),
         ("median detection delay (questions after the change)",
          "—" if dr["median_delay"] is None else f"{dr['median_delay']:.0f} (quartiles {dr['q25']:.0f}–{dr['q75']:.0f})"),

@@ -85,8 +85,8 @@ def risk_coverage_svg(
     # risk-coverage as a step-free polyline from the first point; band as a closed polygon
     band_poly = pts(cov, hi) + " " + pts(cov[::-1], lo[::-1])
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" '
-        f'role="img" aria-label="{_esc(title)}">',
+        (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" '
+        f'role="img" aria-label="{_esc(title)}">'),
         f"<title>{_esc(title)}</title>",
         f'<rect x="{_ML}" y="{_MT}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#999"/>',
     ]
@@ -187,7 +187,7 @@ def render_report(
             )
         strata_views.append(view)
 
-    n_total = int(len(table))
+    n_total = len(table)
     n_answer = int((table["decision"] == "answer").sum())
     ans = table[table["decision"] == "answer"]
     overall_err = int((~ans["correct"].astype(bool)).sum())

@@ -207,7 +207,7 @@ def test_apply_reproduces_the_certificate_coverage(
 ) -> None:
     out, cert = certified
     dec = tmp_path / "decisions.csv"
-    rc, stdout, err = run_cli(["apply", "--certificate", out / "certificate.json", "--logs", cell["logs"],
+    rc, _stdout, err = run_cli(["apply", "--certificate", out / "certificate.json", "--logs", cell["logs"],
                                "--probe", cell["probe"], "--nli", cell["nli"], "--out", dec], capsys)
     assert rc == 0, err
     df = pd.read_csv(dec, keep_default_na=False, na_values=[""])
@@ -308,7 +308,7 @@ def test_gzip_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_stratify_by_specialty(cell: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "spec"
-    rc, stdout, err = run_cli(certify_argv(cell, out, 0.15, "--stratify-by", "specialty"), capsys)
+    rc, _stdout, err = run_cli(certify_argv(cell, out, 0.15, "--stratify-by", "specialty"), capsys)
     assert rc == 0, err
     cert = json.loads((out / "certificate.json").read_text())
     names = [s["name"] for s in cert["strata"]]
@@ -419,7 +419,7 @@ def test_uncertifiable_alpha_reports_abstention(cell: dict[str, Path], tmp_path:
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """At a tiny alpha no grid point is rejected: the strata abstain; apply answers nothing."""
     out = tmp_path / "o"
-    rc, stdout, err = run_cli(certify_argv(cell, out, 0.001), capsys)
+    rc, _stdout, err = run_cli(certify_argv(cell, out, 0.001), capsys)
     assert rc == 0, err
     cert = json.loads((out / "certificate.json").read_text())
     assert all(s["threshold"] is None for s in cert["strata"]) and cert["n_answered"] == 0
@@ -462,7 +462,7 @@ def test_release_medqa_cell_certifies_and_apply_reproduces(tmp_path: Path, capsy
     if missing:
         pytest.skip(f"the shipped release's MedQA cell is absent ({missing[0]}); the synthetic tests above cover certify")
     out = tmp_path / "o"
-    rc, stdout, err = run_cli(certify_argv(files, out), capsys)
+    rc, _stdout, err = run_cli(certify_argv(files, out), capsys)
     assert rc == 0, err
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["datasets"] == ["medqa"] and cert["backbones"] == ["Qwen/Qwen3-8B"]

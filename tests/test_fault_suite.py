@@ -295,7 +295,7 @@ def test_failed_run_does_not_touch_existing_outputs(cell: dict[str, Path], tmp_p
     out = tmp_path / "out"
     assert run(certify_argv(cell, out), capsys)[0] == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    rc, _, err = run(certify_argv(cell, out, 0.15, "--delta", "2"), capsys)
+    rc, _, _err = run(certify_argv(cell, out, 0.15, "--delta", "2"), capsys)
     assert rc == 2
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
@@ -548,7 +548,7 @@ def test_self_report_joins_by_the_same_rule(what: str, tmp_path: Path) -> None:
     write_records(folder / "self_report.jsonl", srs)
     cell = R.Cell(release=None, path=folder, dataset="medqa", backbone="Qwen/Qwen3-8B", role="main")  # type: ignore[arg-type]
     with pytest.raises(L.LogFormatError, match=r"self_report\.jsonl:2: (qid|dataset|backbone): self-report record"):
-        cell.self_report
+        _ = cell.self_report
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,7 +605,7 @@ def test_killed_run_leaves_nothing_the_next_run_keeps(cell: dict[str, Path], tmp
     )
     argv = [str(a) for a in certify_argv(cell, out, 0.2)]
     r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ))
+                       env=dict(os.environ), check=False)
     assert r.returncode == -9
     left = sorted(p.name for p in out.iterdir())
     assert left and all(n.endswith(".tmp") for n in left), left  # what a killed run leaves

@@ -22,7 +22,7 @@ from test_cli_certify import build_cell, certify_argv
 
 from probeguard_core import deploy, monitor
 from probeguard_core.cli import main
-from probeguard_core.simulate.drift import DriftSchedule, drifted_params, drift_stream
+from probeguard_core.simulate.drift import DriftSchedule, drift_stream, drifted_params
 
 
 def run(argv: list[Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -123,7 +123,7 @@ def test_no_drift_no_alarm(cal: dict[str, Path], tmp_path: Path, capsys: pytest.
 def test_drift_raises_the_alarm_with_exit_3(cal: dict[str, Path], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     batches = [_batch(tmp_path, 0, seed=0)] + [_batch(tmp_path, k, wrong_share=0.4, seed=k) for k in (1, 2, 3)]
-    rc, out, err = run(_argv(cal, batches, tmp_path / "m"), capsys)
+    rc, _out, err = run(_argv(cal, batches, tmp_path / "m"), capsys)
     assert rc == 3, err
     lines = [x for x in err.splitlines() if "ALARM" in x]
     assert len(lines) == 1 and lines[0].startswith("probeguard monitor: ALARM stratum S1: at question ")
@@ -148,7 +148,7 @@ def test_drift_raises_the_alarm_with_exit_3(cal: dict[str, Path], tmp_path: Path
 def test_recalibration_records_its_window(cal: dict[str, Path], tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     batches = [_batch(tmp_path, k, seed=k) for k in range(3)]
-    rc, out, err = run(_argv(cal, batches, tmp_path / "m", "--recalibrate-window", 400), capsys)
+    rc, _out, err = run(_argv(cal, batches, tmp_path / "m", "--recalibrate-window", 400), capsys)
     assert rc == 0, err
     new = deploy.load_certificate(tmp_path / "m" / "recalibrated" / "certificate.json")  # self-check passes
     rec = new["recalibration"]
