@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from probeguard_core import deploy
+from probeguard_core.certify import check_level
 from probeguard_core.cli import UsageError, refuse_overwriting_inputs
 from probeguard_core.dossier import build_dossiers, dossiers_bytes
 
@@ -25,16 +26,10 @@ CERTIFY_OUTPUTS = ("certificate.json", "report.html", "dossiers.jsonl")
 
 
 def _levels(args: argparse.Namespace) -> None:
-    """alpha and delta must lie in (0, 1): checked before any file is read (one-line error)."""
+    """alpha and delta must lie in (0, 1): checked before any file is read (one-line error),
+    by the one level validator :func:`probeguard_core.certify.check_level`."""
     for name in ("alpha", "delta"):
-        text = getattr(args, name)
-        try:
-            v = float(text)
-        except ValueError:
-            raise UsageError(f"--{name} must be a number in (0, 1), got {text!r}") from None
-        if not (0.0 < v < 1.0):
-            raise UsageError(f"--{name} must be in (0, 1) (exclusive), got {text!r}")
-        setattr(args, name, v)
+        setattr(args, name, check_level(f"--{name}", getattr(args, name), UsageError))
 
 
 def _command_line(args: argparse.Namespace) -> str:
