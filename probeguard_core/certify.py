@@ -41,6 +41,7 @@ __all__ = [
     "bonferroni_level",
     "even_splits",
     "global_ltt",
+    "check_level",
     "ltt_test",
     "ltt_threshold",
     "naive_quantile_threshold",
@@ -103,14 +104,28 @@ def resampled_thresholds(scores: ArrayLike, errors: ArrayLike, alpha: float, del
 
 
 # =========================================================================== validation
-def _check_level(name: str, v: float) -> float:
+def check_level(name: str, v: object, error: type[ValueError] = ValueError) -> float:
+    """The one validator of a risk level or error budget: a finite number in (0, 1), exclusive.
+
+    ``alpha`` (target selective risk, Eq. 5) and ``delta`` (error budget) of Algorithm 2 must
+    both lie in the open interval; NaN, infinities, booleans and non-numbers are refused with
+    ``error`` (a :class:`ValueError` subclass) naming ``name``.
+
+    >>> check_level("alpha", "0.1")
+    0.1
+    """
+    if isinstance(v, bool):
+        raise error(f"{name} must be a number in (0, 1), got {v!r}")
     try:
-        f = float(v)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a number in (0, 1), got {v!r}") from exc
-    if not (0.0 < f < 1.0):
-        raise ValueError(f"{name} must be in (0, 1), got {v!r}")
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise error(f"{name} must be a number in (0, 1), got {v!r}") from None
+    if not (0.0 < f < 1.0):  # also false for NaN
+        raise error(f"{name} must be in (0, 1) (exclusive), got {v!r}")
     return f
+
+
+_check_level = check_level  # old private name, kept for callers
 
 
 def _check_grid(grid: ArrayLike | None) -> NDArray[np.float64]:
@@ -238,8 +253,8 @@ def ltt_test(scores: ArrayLike, errors: ArrayLike, alpha: float, delta: float = 
     ``(lambda_c, n_c, E_c)``; one :func:`binomial_pvalue` call gives every ``p_c``.
     """
     s, e = _check_pair(scores, errors)
-    alpha = _check_level("alpha", alpha)
-    delta = _check_level("delta", delta)
+    alpha = check_level("alpha", alpha)
+    delta = check_level("delta", delta)
     g = _check_grid(grid)
     m = _check_n_strata(n_strata)
     level = bonferroni_level(delta, g.size, m)
@@ -273,8 +288,8 @@ def _ltt_threshold_loop(scores: ArrayLike, errors: ArrayLike, alpha: float, delt
     """Plain reference implementation of Algorithm 2 (one grid point at a time), used only by the
     tests and benchmarks to cross-check the vectorized :func:`ltt_threshold`."""
     s, e = _check_pair(scores, errors)
-    alpha = _check_level("alpha", alpha)
-    delta = _check_level("delta", delta)
+    alpha = check_level("alpha", alpha)
+    delta = check_level("delta", delta)
     g = _check_grid(grid)
     m = _check_n_strata(n_strata)
     n = len(s)
@@ -312,7 +327,7 @@ def naive_quantile_threshold(scores: ArrayLike, errors: ArrayLike, alpha: float)
     (or there is no data).
     """
     s, e = _check_pair(scores, errors)
-    alpha = _check_level("alpha", alpha)
+    alpha = check_level("alpha", alpha)
     if s.size == 0:
         return None
     order = np.argsort(-s, kind="stable")
@@ -531,10 +546,10 @@ def repeated_splits(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike,
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-    alist = [_check_level("alpha", a) for a in alphas]
+    alist = [check_level("alpha", a) for a in alphas]
     if not alist:
         raise ValueError("alphas is empty")
-    delta = _check_level("delta", delta)
+    delta = check_level("delta", delta)
     if isinstance(n_splits, (bool, np.bool_)) or int(n_splits) != n_splits or n_splits < 1:
         raise ValueError(f"n_splits must be a positive integer, got {n_splits!r}")
     n_splits = int(n_splits)

@@ -32,21 +32,36 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from probeguard_core import __version__
+from probeguard_core import __version__, scoring
 from probeguard_core import certify as C
 from probeguard_core import logs as L
-from probeguard_core import scoring
+from probeguard_core.deploy_certificate import (
+    CERTIFICATE_FORMAT,
+    CERTIFICATE_VERSION,
+    STRATIFY_CHOICES,
+    CertificateError,
+    DeploymentCertificate,
+    GridPoint,
+    StratumCertificate,
+    jsonable,
+)
+from probeguard_core.deploy_io import (
+    DeployError,
+    atomic_write_text,
+    remove_stale_temporaries,
+    write_files_atomically,
+)
 from probeguard_core.features import final_answer, is_correct
-from probeguard_core.fileio import jsonable
-from probeguard_core.fileio import write_files_atomically as _write_files_atomically
-from probeguard_core.release import sha256_file
+from probeguard_core.release import check_records_join, sha256_file
 
 __all__ = [
     "ASSUMPTION",
     "CERTIFICATE_FORMAT",
+    "CERTIFICATE_VERSION",
     "SCORE_DEFINITIONS",
     "UNSPECIFIED",
     "DeployError",
+    "DeploymentCertificate",
     "Inputs",
     "apply_certificate",
     "atomic_write_text",
@@ -54,16 +69,14 @@ __all__ = [
     "certify_logs",
     "load_certificate",
     "load_inputs",
+    "remove_stale_temporaries",
     "validate_certificate",
     "write_decisions",
     "write_files_atomically",
 ]
 
-CERTIFICATE_FORMAT = "probeguard-certificate"
-CERTIFICATE_VERSION = 1
 #: Group of questions whose specialty is null under ``stratify_by="specialty"`` (never dropped).
 UNSPECIFIED = "unspecified"
-STRATIFY_CHOICES = (None, "specialty")
 
 ASSUMPTION = (
     "Within each stratum, calibration and deployment questions are drawn i.i.d. from the same "
@@ -86,10 +99,6 @@ _DECISION_COLUMNS = [
 ]
 
 
-class DeployError(ValueError):
-    """A bad certification / application request (names the input or parameter)."""
-
-
 # --------------------------------------------------------------------------------------------
 # Inputs
 # --------------------------------------------------------------------------------------------
@@ -102,6 +111,7 @@ class Inputs:
     probe: list[L.ProbeRecord] | None = None
     nli: list[L.NLIRecord] | None = None
     files: list[dict[str, str]] = field(default_factory=list)  # role, path, sha256
+    log_sources: list[int] = field(default_factory=list)  # index of the logs file each log came from
 
 
 def _paths(p: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None) -> list[Path]:
@@ -114,13 +124,15 @@ def _paths(p: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None) 
 
 def _read_unique(paths: list[Path], read: Any, logs: list[L.QuestionLog], files: list[dict[str, str]],
                  role: str, key: Any, describe: Any) -> list[Any] | None:
-    """Read ``paths`` with ``read(path, logs=logs)``; a record key seen in an earlier file is an error."""
+    """Read ``paths`` with ``read(path, logs=logs)``; each record must join its log
+    (:func:`probeguard_core.release.check_records_join`); a key seen in an earlier file is an error."""
     if not paths:
         return None
     out: list[Any] = []
     seen: dict[Any, Path] = {}
     for p in paths:
         recs = read(p, logs=logs)
+        check_records_join(recs, logs, p, "probe" if role == "probe" else "NLI")
         for line, rec in enumerate(recs, start=1):
             k = key(rec)
             if k in seen:
@@ -139,8 +151,9 @@ def load_inputs(
     """Read every file strictly (:mod:`probeguard_core.logs`) and record its sha256.
 
     qids must be unique across all logs files (a duplicate names both files); probe and NLI
-    records are checked against the logs (consensus, rounds, known qids) by the readers and
-    must be unique across files.
+    records are checked against the logs (consensus, rounds) by the readers, must join a
+    logged question of the same dataset and backbone (one rule,
+    :func:`probeguard_core.release.check_records_join`) and must be unique across files.
     """
     log_paths = _paths(logs)
     if not log_paths:
@@ -148,8 +161,10 @@ def load_inputs(
     all_logs: list[L.QuestionLog] = []
     first_file: dict[str, Path] = {}
     files: list[dict[str, str]] = []
-    for p in log_paths:
+    sources: list[int] = []
+    for i, p in enumerate(log_paths):
         recs = L.read_logs(p)
+        sources += [i] * len(recs)
         for line, rec in enumerate(recs, start=1):
             if rec.qid in first_file:
                 raise L.LogFormatError(
@@ -163,7 +178,7 @@ def load_inputs(
                               lambda r: (r.qid, r.arm), lambda r: f"probe record qid={r.qid!r}, arm={r.arm!r}")
     nli_recs = _read_unique(_paths(nli), L.read_nli, all_logs, files, "nli",
                             lambda r: (r.qid, r.round), lambda r: f"NLI record qid={r.qid!r}, round={r.round}")
-    return Inputs(all_logs, probe_recs, nli_recs, files)
+    return Inputs(all_logs, probe_recs, nli_recs, files, sources)
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,13 +186,8 @@ def load_inputs(
 # --------------------------------------------------------------------------------------------
 
 def _check_level(name: str, v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise DeployError(f"{name} must be a number in (0, 1), got {v!r}") from None
-    if not (0.0 < f < 1.0) or math.isnan(f):
-        raise DeployError(f"{name} must be in (0, 1) (exclusive), got {v!r}")
-    return f
+    """Deprecated private name: :func:`probeguard_core.certify.check_level` raising DeployError."""
+    return C.check_level(name, v, DeployError)
 
 
 def _base_table(
@@ -191,7 +201,6 @@ def _base_table(
     df["specialty"] = pd.Series([log.specialty for log in logs], index=df.index, dtype=object)
     df["system_answer"] = [final_answer(log) for log in logs]
     return df
-
 
 
 def _stratum_name(base: str, specialty: Any, stratify_by: str | None) -> str:
@@ -217,47 +226,47 @@ def _frozen_s1_scores(df: pd.DataFrame, standardization: Mapping[str, Mapping[st
 
 
 # --------------------------------------------------------------------------------------------
-# Certification
+# Certification: validate -> score -> certify -> serialize
 # --------------------------------------------------------------------------------------------
 
-_jsonable = jsonable  # the one JSON conversion (probeguard_core.fileio)
+_jsonable = jsonable  # old private name
 
 
-def certify_logs(
-    logs: Sequence[L.QuestionLog] | Inputs,
-    probe: Sequence[L.ProbeRecord] | None = None,
-    nli: Sequence[L.NLIRecord] | None = None,
-    *,
-    alpha: float,
-    delta: float = 0.05,
-    stratify_by: str | None = None,
-    allow_mixed_datasets: bool = False,
-    allow_empty_strata: bool = False,
-    grid: Sequence[float] | None = None,
-    files: Sequence[Mapping[str, str]] | None = None,
-    created_by: str | None = None,
-) -> dict[str, Any]:
-    """Certify the calibration logs (Algorithm 2 on all of them); return the certificate.
+@dataclass(frozen=True)
+class _Request:
+    """A validated certification request (the output of :func:`_validate_request`)."""
 
-    The certificate is the JSON-ready dict written as ``certificate.json``: alpha, delta, grid,
-    per stratum n, errors, threshold, calibration coverage and the p-value of every grid point,
-    the score definitions, the frozen z constants, the inputs' sha256 and the package version.
-    ``files`` (role, path, sha256) and ``created_by`` are recorded as given (from
-    :func:`load_inputs` when ``logs`` is an :class:`Inputs`).
+    logs: list[L.QuestionLog]
+    probe: Sequence[L.ProbeRecord] | None
+    nli: Sequence[L.NLIRecord] | None
+    alpha: float
+    delta: float
+    grid_desc: np.ndarray
+    stratify_by: str | None
+    allow_mixed_datasets: bool
+    allow_empty_strata: bool
+    files: tuple[Mapping[str, str], ...]
+    created_by: str
+    datasets: list[str]
 
-    Raises :class:`DeployError` when the logs mix datasets (§4.4) without
-    ``allow_mixed_datasets``, when S1 or S2 has no calibration question without
-    ``allow_empty_strata``, when probe and NLI records are given but do not cover every S1
-    question (or only one of the two is given), or for alpha / delta outside (0, 1).
-    """
-    if isinstance(logs, Inputs):
-        probe = logs.probe if probe is None else probe
-        nli = logs.nli if nli is None else nli
-        files = logs.files if files is None else files
-        logs = logs.logs
+
+@dataclass
+class _Scored:
+    """Per-question scores on the calibration scale, the frozen z constants and the notes."""
+
+    table: pd.DataFrame  # stratum_scores + specialty, system_answer, stratum_name
+    standardization: dict[str, dict[str, dict[str, float]]]
+    notes: list[str]
+
+
+def _validate_request(logs: Sequence[L.QuestionLog], probe: Sequence[L.ProbeRecord] | None,
+                      nli: Sequence[L.NLIRecord] | None, *, alpha: float, delta: float, stratify_by: str | None,
+                      allow_mixed_datasets: bool, allow_empty_strata: bool, grid: Sequence[float] | None,
+                      files: Sequence[Mapping[str, str]] | None, created_by: str | None) -> _Request:
+    """Step 1: levels, grid, stratification, one dataset (§4.4); nothing is read or scored."""
     logs = list(logs)
-    alpha = _check_level("alpha", alpha)
-    delta = _check_level("delta", delta)
+    alpha = C.check_level("alpha", alpha, DeployError)
+    delta = C.check_level("delta", delta, DeployError)
     if stratify_by not in STRATIFY_CHOICES:
         raise DeployError(f"stratify_by must be None or 'specialty', got {stratify_by!r}")
     try:
@@ -280,10 +289,16 @@ def certify_logs(
             f"a question's specialty is literally {UNSPECIFIED!r}, the name of the group of questions "
             "with a null specialty; rename that specialty"
         )
+    return _Request(logs, probe, nli, alpha, delta, grid_desc, stratify_by, bool(allow_mixed_datasets),
+                    bool(allow_empty_strata), tuple(files or ()), created_by or "probeguard_core.deploy.certify_logs",
+                    datasets)
 
-    df = _base_table(logs, probe, nli)
+
+def _score(req: _Request) -> _Scored:
+    """Step 2: stratum scores (§3.2, Eq. 7), S1 on frozen per-dataset z constants; coverage checks."""
+    df = _base_table(req.logs, req.probe, req.nli)
     n_s1 = int((df["stratum"] == "S1").sum())
-    have_probe, have_nli = probe is not None, nli is not None
+    have_probe, have_nli = req.probe is not None, req.nli is not None
     notes: list[str] = []
     if n_s1:
         if have_probe != have_nli:
@@ -311,124 +326,156 @@ def certify_logs(
         if not (df["stratum"] == base).any():
             msg = (f"stratum {base} has no calibration questions: Algorithm 2 cannot certify it and every "
                    f"{base} question would be referred")
-            if not allow_empty_strata:
+            if not req.allow_empty_strata:
                 raise DeployError(msg + "; add calibration data, or pass --allow-empty-strata to let it abstain")
             notes.append(msg + " (allowed by --allow-empty-strata).")
-
     # standardization constants: each dataset's calibration unanimous layer (label-free)
     standardization: dict[str, dict[str, dict[str, float]]] = {}
-    for ds, part in df[df["stratum"] == "S1"].groupby("dataset", sort=True):
-        if have_probe and have_nli:
+    if have_probe and have_nli:
+        for ds, part in df[df["stratum"] == "S1"].groupby("dataset", sort=True):
             standardization[str(ds)] = {
                 "kappa": scoring.zscore_constants(part["kappa"].to_numpy()),
                 "rse": scoring.zscore_constants(part["rse"].to_numpy()),
             }
-    frozen = _frozen_s1_scores(df, standardization)
     s1_mask = df["stratum"] == "S1"
-    ref = df.loc[s1_mask, "score"].to_numpy()
-    got = frozen[s1_mask].to_numpy()
-    if not np.array_equal(ref, got, equal_nan=True):  # same arithmetic, two code paths
+    got = _frozen_s1_scores(df, standardization)[s1_mask].to_numpy()
+    if not np.array_equal(df.loc[s1_mask, "score"].to_numpy(), got, equal_nan=True):  # same arithmetic, two paths
         raise AssertionError("frozen S1 standardization disagrees with scoring.stratum_scores")
     df.loc[s1_mask, "score"] = got
+    df["stratum_name"] = [_stratum_name(b, s, req.stratify_by) for b, s in zip(df["stratum"], df["specialty"])]
+    return _Scored(df, standardization, notes)
 
-    df["stratum_name"] = [_stratum_name(b, s, stratify_by) for b, s in zip(df["stratum"], df["specialty"])]
+
+def _certify(req: _Request, sc: _Scored) -> tuple[list[str], pd.DataFrame, dict[str, float | None], float | None]:
+    """Step 3: Algorithm 2 on every scored (S1|S2)[x specialty] stratum: (tested, p-values, thresholds, level)."""
+    df = sc.table
     scored = df["score"].notna() & (df["stratum"] != "S3")
-    certified = sorted(df.loc[scored, "stratum_name"].unique().tolist(), key=_stratum_sort_key)
+    tested = sorted(df.loc[scored, "stratum_name"].unique().tolist(), key=_stratum_sort_key)
+    if not tested:
+        return [], pd.DataFrame(columns=["stratum"]), {}, None
     errors = ~df["correct"].to_numpy(dtype=bool)
-    if certified:
-        sel = df["stratum_name"].isin(certified).to_numpy()
-        try:
-            cert_obj = C.stratified_certify(
-                df.loc[sel, "score"].to_numpy(), errors[sel], df.loc[sel, "stratum_name"].to_numpy(),
-                alpha, delta, grid_desc, certified=certified,
-            )
-        except ValueError as exc:
-            raise DeployError(str(exc)) from None
-        thresholds = cert_obj.thresholds
-        pv = cert_obj.pvalues
-        level = delta / (grid_desc.size * len(certified))  # Algorithm 2, line 7
-        if not np.array_equal(pv["rejected"].to_numpy(dtype=bool), pv["p_value"].to_numpy() <= level):
-            raise AssertionError("certify.stratified_certify used a different Bonferroni level")
+    sel = df["stratum_name"].isin(tested).to_numpy()
+    try:
+        res = C.stratified_certify(df.loc[sel, "score"].to_numpy(), errors[sel], df.loc[sel, "stratum_name"].to_numpy(),
+                                   req.alpha, req.delta, req.grid_desc, certified=tested)
+    except ValueError as exc:
+        raise DeployError(str(exc)) from None
+    level = req.delta / (req.grid_desc.size * len(tested))  # Algorithm 2, line 7
+    if not np.array_equal(res.pvalues["rejected"].to_numpy(dtype=bool), res.pvalues["p_value"].to_numpy() <= level):
+        raise AssertionError("certify.stratified_certify used a different Bonferroni level")
+    return tested, res.pvalues, dict(res.thresholds), level
+
+
+def _stratum_entry(name: str, rows: pd.DataFrame, tested: list[str], pv: pd.DataFrame,
+                   thresholds: Mapping[str, float | None], alpha: float, level: float | None) -> StratumCertificate:
+    base, _, spec = name.partition("|")
+    n = len(rows)
+    n_err = int((~rows["correct"].astype(bool)).sum())
+    grid: tuple[GridPoint, ...] = ()
+    lam = thresholds.get(name)
+    chosen = None
+    if name in tested:
+        grid = tuple(GridPoint(float(r["coverage"]), float(r["lambda"]), int(r["n_c"]), int(r["E_c"]),
+                               float(r["p_value"]), bool(r["rejected"]), bool(r["chosen"]))
+                     for _, r in pv[pv["stratum"] == name].iterrows())
+        chosen = next((g for g in grid if g.selected), None)
+    if chosen is not None and lam is not None:
+        status = "certified"
+        note = (f"Certified at α = {alpha:g}: answers {chosen.n_c} of {n} calibration questions "
+                f"(score > λ̂); the largest rejected grid coverage is {chosen.coverage:g}.")
+    elif name in tested:
+        status = "not certified"
+        note = (f"No grid point rejects H0: risk > {alpha:g} at level {level:.3g}; the stratum "
+                "certifies nothing at this α and every question in it is referred.")
     else:
-        thresholds, pv = {}, pd.DataFrame(columns=["stratum"])
-        level = None
-
-    all_names = sorted(set(df["stratum_name"]) | ({"S1", "S2"} if stratify_by is None else set()),
-                       key=_stratum_sort_key)
-    strata: list[dict[str, Any]] = []
-    for name in all_names:
-        rows = df[df["stratum_name"] == name]
-        base = name.split("|", 1)[0]
-        spec = name.split("|", 1)[1] if "|" in name else None
-        n = int(len(rows))
-        n_err = int((~rows["correct"].astype(bool)).sum())
-        entry: dict[str, Any] = {
-            "name": name, "base_stratum": base, "specialty": spec,
-            "certified": name in certified, "scored": bool(rows["score"].notna().any()) and base != "S3",
-            "n": n, "n_scored": int(rows["score"].notna().sum()) if base != "S3" else 0,
-            "n_errors": n_err, "error_rate": (n_err / n) if n else None,
-            "threshold": None, "status": "abstains", "coverage": 0.0 if n else None,
-            "n_answered": 0, "n_answered_errors": 0, "grid": [],
-        }
-        if name in certified:
-            g = pv[pv["stratum"] == name]
-            grid_rows = []
-            for _, r in g.iterrows():
-                grid_rows.append({
-                    "coverage": float(r["coverage"]), "threshold": float(r["lambda"]), "n_c": int(r["n_c"]),
-                    "errors": int(r["E_c"]), "p_value": float(r["p_value"]), "rejected": bool(r["rejected"]),
-                    "selected": bool(r["chosen"]),
-                })
-            entry["grid"] = grid_rows
-            lam = thresholds[name]
-            entry["threshold"] = lam
-            if lam is not None:
-                chosen = next(r for r in grid_rows if r["selected"])
-                entry.update(status="certified", n_answered=chosen["n_c"], n_answered_errors=chosen["errors"],
-                             coverage=chosen["n_c"] / n, certified_grid_coverage=chosen["coverage"])
-                entry["note"] = (f"Certified at α = {alpha:g}: answers {chosen['n_c']} of {n} calibration questions "
-                                 f"(score > λ̂); the largest rejected grid coverage is {chosen['coverage']:g}.")
-            else:
-                entry["status"] = "not certified"
-                entry["note"] = (f"No grid point rejects H0: risk > {alpha:g} at level {level:.3g}; the stratum "
-                                 "certifies nothing at this α and every question in it is referred.")
-        elif base == "S3":
-            entry["note"] = "Never converged: abstains as a whole; every question is referred (Algorithm 2)."
+        status = "abstains"
+        if base == "S3":
+            note = "Never converged: abstains as a whole; every question is referred (Algorithm 2)."
         elif n == 0:
-            entry["note"] = "No calibration questions: nothing can be certified; every question is referred."
+            note = "No calibration questions: nothing can be certified; every question is referred."
         else:
-            entry["note"] = "No score (no probe and NLI records): abstains as a whole; every question is referred."
-        strata.append(entry)
+            note = "No score (no probe and NLI records): abstains as a whole; every question is referred."
+    return StratumCertificate(
+        name=name, base_stratum=base, specialty=spec or None, certified=lam is not None, tested=name in tested,
+        scored=bool(rows["score"].notna().any()) and base != "S3", n=n,
+        n_scored=int(rows["score"].notna().sum()) if base != "S3" else 0, n_errors=n_err,
+        error_rate=(n_err / n) if n else None, threshold=None if lam is None else float(lam), status=status,
+        coverage=(chosen.n_c / n if chosen is not None and lam is not None else 0.0) if n else None,
+        n_answered=chosen.n_c if chosen is not None and lam is not None else 0,
+        n_answered_errors=chosen.errors if chosen is not None and lam is not None else 0,
+        grid=grid, note=note,
+        certified_grid_coverage=chosen.coverage if chosen is not None and lam is not None else None,
+    )
 
-    n_total = int(len(df))
-    n_answer = sum(s["n_answered"] for s in strata)
-    cert: dict[str, Any] = {
-        "format": CERTIFICATE_FORMAT,
-        "format_version": CERTIFICATE_VERSION,
-        "package": "probeguard_core",
-        "package_version": __version__,
-        "created_by": created_by or "probeguard_core.deploy.certify_logs",
-        "alpha": alpha,
-        "delta": delta,
-        "grid": sorted(float(c) for c in grid_desc),
-        "stratify_by": stratify_by,
-        "allow_mixed_datasets": bool(allow_mixed_datasets),
-        "datasets": datasets,
-        "backbones": sorted({log.backbone for log in logs}),
-        "n_certified_strata": len(certified),
-        "certified_strata": certified,
-        "bonferroni_level": level,
-        "assumption": ASSUMPTION,
-        "score_definitions": dict(SCORE_DEFINITIONS),
-        "standardization": standardization,
-        "n": n_total,
-        "n_answered": n_answer,
-        "coverage": n_answer / n_total,
-        "notes": notes,
-        "inputs": [dict(f) for f in (files or [])],
-        "strata": strata,
-    }
-    return _jsonable(cert)
+
+def _serialize(req: _Request, sc: _Scored, tested: list[str], pv: pd.DataFrame,
+               thresholds: Mapping[str, float | None], level: float | None,
+               recalibration: Mapping[str, Any] | None = None) -> DeploymentCertificate:
+    """Step 4: the typed certificate (every stratum, S1 and S2 listed even when empty)."""
+    df = sc.table
+    names = sorted(set(df["stratum_name"]) | ({"S1", "S2"} if req.stratify_by is None else set()),
+                   key=_stratum_sort_key)
+    strata = tuple(_stratum_entry(nm, df[df["stratum_name"] == nm], tested, pv, thresholds, req.alpha, level)
+                   for nm in names)
+    n_total = len(df)
+    n_answer = sum(s.n_answered for s in strata)
+    return DeploymentCertificate(
+        package="probeguard_core", package_version=__version__, created_by=req.created_by,
+        alpha=req.alpha, delta=req.delta, grid=tuple(sorted(float(c) for c in req.grid_desc)),
+        stratify_by=req.stratify_by, allow_mixed_datasets=req.allow_mixed_datasets,
+        datasets=tuple(req.datasets), backbones=tuple(sorted({log.backbone for log in req.logs})),
+        tested_strata=tuple(tested), bonferroni_level=level, assumption=ASSUMPTION,
+        score_definitions=dict(SCORE_DEFINITIONS), standardization=jsonable(sc.standardization),
+        n=n_total, n_answered=n_answer, coverage=n_answer / n_total, notes=tuple(sc.notes),
+        inputs=tuple(dict(f) for f in req.files), strata=strata,
+        recalibration=None if recalibration is None else jsonable(dict(recalibration)),
+    )
+
+
+def certify_logs(
+    logs: Sequence[L.QuestionLog] | Inputs,
+    probe: Sequence[L.ProbeRecord] | None = None,
+    nli: Sequence[L.NLIRecord] | None = None,
+    *,
+    alpha: float,
+    delta: float = 0.05,
+    stratify_by: str | None = None,
+    allow_mixed_datasets: bool = False,
+    allow_empty_strata: bool = False,
+    grid: Sequence[float] | None = None,
+    files: Sequence[Mapping[str, str]] | None = None,
+    created_by: str | None = None,
+    recalibration: Mapping[str, Any] | None = None,
+) -> DeploymentCertificate:
+    """Certify the calibration logs (Algorithm 2 on all of them); return the certificate.
+
+    Four steps: validate the request, score every question (S1 by z(kappa) + z(RSE) with
+    frozen constants, S2 by a-bar, S3 none), run the stratified Learn-then-Test, serialize into a
+    :class:`~probeguard_core.deploy_certificate.DeploymentCertificate` (``to_json()`` is the
+    ``certificate.json`` object: alpha, delta, grid, per stratum n, errors, threshold,
+    calibration coverage and every grid p-value, the score definitions, the frozen z constants,
+    the inputs' sha256, the package version and the content hashes).  ``files`` (role, path,
+    sha256), ``created_by`` and ``recalibration`` (the data window a recalibration used) are
+    recorded as given.
+
+    Raises :class:`DeployError` when the logs mix datasets (§4.4) without
+    ``allow_mixed_datasets``, when S1 or S2 has no calibration question without
+    ``allow_empty_strata``, when probe and NLI records are given but do not cover every S1
+    question (or only one of the two is given), or for alpha / delta outside (0, 1).
+    """
+    if isinstance(logs, Inputs):
+        probe = logs.probe if probe is None else probe
+        nli = logs.nli if nli is None else nli
+        files = logs.files if files is None else files
+        logs = logs.logs
+    req = _validate_request(logs, probe, nli, alpha=alpha, delta=delta, stratify_by=stratify_by,
+                            allow_mixed_datasets=allow_mixed_datasets, allow_empty_strata=allow_empty_strata,
+                            grid=grid, files=files, created_by=created_by)
+    sc = _score(req)
+    tested, pv, thresholds, level = _certify(req, sc)
+    cert = _serialize(req, sc, tested, pv, thresholds, level, recalibration)
+    DeploymentCertificate.from_json(cert.to_json(), "certify_logs")  # the self-check holds by construction
+    return cert
 
 
 def calibration_table(
@@ -457,57 +504,16 @@ def _stratum_sort_key(name: str) -> tuple[str, int, str]:
 # Application
 # --------------------------------------------------------------------------------------------
 
-_REQUIRED = {
-    "format": str, "format_version": int, "alpha": float, "delta": float, "grid": list, "stratify_by": (str, type(None)),
-    "datasets": list, "backbones": list, "standardization": dict, "strata": list, "certified_strata": list,
-}
+def validate_certificate(cert: Any, where: str = "certificate") -> DeploymentCertificate:
+    """Check a loaded certificate (structure, recomputation, content hash); :class:`DeployError`
+    names the first field that is missing, mistyped or disagrees."""
+    try:
+        return DeploymentCertificate.from_json(cert, where)
+    except CertificateError as exc:
+        raise DeployError(str(exc)) from None
 
 
-def validate_certificate(cert: Any, where: str = "certificate") -> dict[str, Any]:
-    """Check a loaded certificate's structure; :class:`DeployError` names the first problem."""
-    if not isinstance(cert, dict):
-        raise DeployError(f"{where}: expected a JSON object, got {type(cert).__name__}")
-    if cert.get("format") != CERTIFICATE_FORMAT:
-        raise DeployError(f"{where}: field 'format' is {cert.get('format')!r}, not {CERTIFICATE_FORMAT!r}; "
-                          "not a probeguard certificate")
-    for key, typ in _REQUIRED.items():
-        if key not in cert:
-            raise DeployError(f"{where}: missing field {key!r}")
-        v = cert[key]
-        ok = isinstance(v, typ) and not isinstance(v, bool)
-        if typ is float:
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-        if not ok:
-            raise DeployError(f"{where}: field {key!r} has the wrong type ({type(v).__name__})")
-    if cert["format_version"] != CERTIFICATE_VERSION:
-        raise DeployError(f"{where}: unsupported format_version {cert['format_version']!r}")
-    _check_level(f"{where}: alpha", cert["alpha"])
-    _check_level(f"{where}: delta", cert["delta"])
-    if cert["stratify_by"] not in STRATIFY_CHOICES:
-        raise DeployError(f"{where}: field 'stratify_by' must be null or 'specialty', got {cert['stratify_by']!r}")
-    names = set()
-    for i, st in enumerate(cert["strata"]):
-        if not isinstance(st, dict) or not isinstance(st.get("name"), str):
-            raise DeployError(f"{where}: strata[{i}] must be an object with a string 'name'")
-        lam = st.get("threshold")
-        if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam)):
-            raise DeployError(f"{where}: strata[{i}].threshold must be a finite number or null, got {lam!r}")
-        if st["name"] in names:
-            raise DeployError(f"{where}: strata[{i}]: duplicate stratum {st['name']!r}")
-        names.add(st["name"])
-    for ds, consts in cert["standardization"].items():
-        for sig in ("kappa", "rse"):
-            c = consts.get(sig) if isinstance(consts, dict) else None
-            if not isinstance(c, dict) or not all(isinstance(c.get(k), (int, float)) for k in ("mean", "sd")):
-                raise DeployError(f"{where}: standardization[{ds!r}].{sig} must hold numeric 'mean' and 'sd'")
-    s1_certified = [st for st in cert["strata"] if st.get("threshold") is not None
-                    and str(st["name"]).startswith("S1")]
-    if s1_certified and not cert["standardization"]:
-        raise DeployError(f"{where}: an S1 stratum has a threshold but 'standardization' is empty")
-    return cert
-
-
-def load_certificate(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_certificate(path: str | os.PathLike[str]) -> DeploymentCertificate:
     """Read and validate ``certificate.json``."""
     p = Path(path)
     try:
@@ -520,10 +526,9 @@ def load_certificate(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise DeployError(f"{p}: certificate file is empty")
     try:
         obj = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"non-standard JSON number {c}")))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise DeployError(f"{p}: certificate is not valid JSON: {exc}") from None
     return validate_certificate(obj, str(p))
-
 
 def apply_certificate(
     cert: Mapping[str, Any],
@@ -543,7 +548,7 @@ def apply_certificate(
         probe = logs.probe if probe is None else probe
         nli = logs.nli if nli is None else nli
         logs = logs.logs
-    cert = validate_certificate(dict(cert))
+    cert = validate_certificate(cert)
     logs = list(logs)
     if not logs:
         raise DeployError("no questions to decide: the logs are empty")
@@ -608,21 +613,10 @@ def apply_certificate(
 # Atomic output
 # --------------------------------------------------------------------------------------------
 
-def write_files_atomically(files: Mapping[Path, bytes]) -> None:
-    """Write every file atomically, all or nothing (:func:`probeguard_core.fileio.write_files_atomically`);
-    failures are :class:`DeployError` naming the path."""
-    _write_files_atomically(files, error=DeployError)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) atomically to ``path``."""
-    p = Path(path)
-    write_files_atomically({p: text.encode("utf-8")})
-    return p
-
-
 def certificate_bytes(cert: Mapping[str, Any]) -> bytes:
     """The canonical ``certificate.json`` bytes (stable key order, no NaN)."""
+    if isinstance(cert, DeploymentCertificate):
+        return cert.to_bytes()
     return (json.dumps(_jsonable(cert), indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -59,6 +59,7 @@ __all__ = [
     "Release",
     "ReleaseError",
     "backbone_slug",
+    "check_records_join",
     "load_release",
     "sha256_file",
     "write_manifest",
@@ -75,6 +76,32 @@ def backbone_slug(backbone: str) -> str:
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", slug):
         raise ValueError(f"backbone {backbone!r} gives an unusable folder name {slug!r}")
     return slug
+
+
+def check_records_join(
+    records: Sequence[L.ProbeRecord | L.NLIRecord | L.SelfReport],
+    logs: Iterable[L.QuestionLog],
+    path: str | os.PathLike[str],
+    kind: str,
+) -> None:
+    """The one join rule for probe, NLI and self-report records (DESIGN 2.2-2.4).
+
+    Every record's qid must be a question of ``logs``, and its ``dataset`` and ``backbone``
+    must be that question's: a record of another run (same qid, other model or benchmark) is
+    an error, never silently joined, and a record for a question absent from the logs is an
+    error, never silently dropped.  Raises :class:`~probeguard_core.logs.LogFormatError` naming
+    ``path``, the record's position (its line) and the field.
+    """
+    by_qid = {log.qid: log for log in logs}
+    for line, rec in enumerate(records, start=1):
+        log = by_qid.get(rec.qid)
+        if log is None:
+            raise L.LogFormatError(path, line, "qid", f"{kind} record for qid {rec.qid!r}, which is not in the "
+                                   "execution logs (records must describe the logged questions)")
+        for fld in ("dataset", "backbone"):
+            if getattr(rec, fld) != getattr(log, fld):
+                raise L.LogFormatError(path, line, fld, f"{kind} record of {fld} {getattr(rec, fld)!r} but the log of "
+                                       f"qid {rec.qid!r} has {fld} {getattr(log, fld)!r}")
 
 
 def _artifact_path(folder: Path, kind: str) -> Path | None:
@@ -116,17 +143,29 @@ class Cell:
     @cached_property
     def probe(self) -> list[L.ProbeRecord] | None:
         p = self.file("probe")
-        return None if p is None else L.read_probe(p, logs=self.logs)
+        if p is None:
+            return None
+        recs = L.read_probe(p, logs=self.logs)
+        check_records_join(recs, self.logs, p, "probe")
+        return recs
 
     @cached_property
     def nli(self) -> list[L.NLIRecord] | None:
         p = self.file("nli")
-        return None if p is None else L.read_nli(p, logs=self.logs)
+        if p is None:
+            return None
+        recs = L.read_nli(p, logs=self.logs)
+        check_records_join(recs, self.logs, p, "NLI")
+        return recs
 
     @cached_property
     def self_report(self) -> list[L.SelfReport] | None:
         p = self.file("self_report")
-        return None if p is None else L.read_self_report(p)
+        if p is None:
+            return None
+        recs = L.read_self_report(p)
+        check_records_join(recs, self.logs, p, "self-report")
+        return recs
 
     def sha256(self, kind: str) -> str | None:
         """sha256 of this cell's ``kind`` file (the manifest's digest once verified; else hashed now)."""

@@ -85,8 +85,8 @@ def risk_coverage_svg(
     # risk-coverage as a step-free polyline from the first point; band as a closed polygon
     band_poly = pts(cov, hi) + " " + pts(cov[::-1], lo[::-1])
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" '
-        f'role="img" aria-label="{_esc(title)}">',
+        (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" '
+        f'role="img" aria-label="{_esc(title)}">'),
         f"<title>{_esc(title)}</title>",
         f'<rect x="{_ML}" y="{_MT}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#999"/>',
     ]
@@ -130,15 +130,26 @@ def _esc(text: str) -> str:
     )
 
 
+def _votes_text(votes: Mapping[str, int]) -> str:
+    """``A 5 · B 3 · null 0`` with zero counts left out (except when every count is zero)."""
+    parts = [f"{k} {v}" for k, v in votes.items() if v]
+    return " · ".join(parts) if parts else "no votes"
+
+
 def render_report(
     cert: Mapping[str, Any],
     table: pd.DataFrame,
     path: str | os.PathLike[str] | None = None,
+    dossiers: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """Render the HTML report of ``cert`` (the ``certificate.json`` object) and return it.
 
     ``table`` is the calibration data's per-question table,
-    :func:`probeguard_core.deploy.calibration_table` (the decisions plus ``correct``).  With ``path`` the page is also written there atomically.
+    :func:`probeguard_core.deploy.calibration_table` (the decisions plus ``correct``);
+    ``dossiers`` the referral dossiers (:func:`probeguard_core.dossier.build_dossiers`), shown
+    as one collapsible entry per referred question with a qid index.  Every string from the
+    inputs is HTML-escaped (Jinja autoescape).  With ``path`` the page is also written there
+    atomically.
     """
     import jinja2
 
@@ -150,6 +161,7 @@ def render_report(
     )
     env.filters["fmt"] = _fmt
     env.filters["pct"] = _pct
+    env.filters["votes"] = _votes_text
     alpha = float(cert["alpha"])
 
     strata_views = []
@@ -175,7 +187,7 @@ def render_report(
             )
         strata_views.append(view)
 
-    n_total = int(len(table))
+    n_total = len(table)
     n_answer = int((table["decision"] == "answer").sum())
     ans = table[table["decision"] == "answer"]
     overall_err = int((~ans["correct"].astype(bool)).sum())
@@ -190,6 +202,7 @@ def render_report(
         overall_wilson=metrics.wilson_interval(overall_err, n_answer) if n_answer else None,
         questions=questions.to_dict("records"),
         has_unspecified=any(st.get("specialty") == "unspecified" for st in cert["strata"]),
+        dossiers=list(dossiers) if dossiers is not None else None,
     )
     if path is not None:
         from probeguard_core.deploy import atomic_write_text

@@ -162,8 +162,11 @@ def test_certificate_contents(cell: dict[str, Path], certified: tuple[Path, dict
     assert z["kappa"]["n"] == z["rse"]["n"] == len(s1) == 260
     assert z["kappa"]["mean"] == pytest.approx(s1["kappa"].mean(), rel=1e-12)
     assert z["rse"]["sd"] == pytest.approx(s1["rse"].std(ddof=0), rel=1e-12)
-    # both certified strata present; m = 2 as in the paper; S3 abstains
-    assert cert["certified_strata"] == ["S1", "S2"] and cert["n_certified_strata"] == 2
+    # both strata tested; m = 2 as in the paper; S3 abstains; "certified" = holds a threshold
+    assert cert["format_version"] == 2
+    assert cert["tested_strata"] == ["S1", "S2"] and cert["n_tested_strata"] == 2
+    with_thr = [s["name"] for s in cert["strata"] if s["threshold"] is not None]
+    assert cert["certified_strata"] == with_thr and cert["n_certified_strata"] == len(with_thr)
     assert cert["bonferroni_level"] == pytest.approx(0.05 / (20 * 2))
     by = {s["name"]: s for s in cert["strata"]}
     assert set(by) == {"S1", "S2", "S3"}
@@ -204,7 +207,7 @@ def test_apply_reproduces_the_certificate_coverage(
 ) -> None:
     out, cert = certified
     dec = tmp_path / "decisions.csv"
-    rc, stdout, err = run_cli(["apply", "--certificate", out / "certificate.json", "--logs", cell["logs"],
+    rc, _stdout, err = run_cli(["apply", "--certificate", out / "certificate.json", "--logs", cell["logs"],
                                "--probe", cell["probe"], "--nli", cell["nli"], "--out", dec], capsys)
     assert rc == 0, err
     df = pd.read_csv(dec, keep_default_na=False, na_values=[""])
@@ -305,7 +308,7 @@ def test_gzip_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 def test_stratify_by_specialty(cell: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "spec"
-    rc, stdout, err = run_cli(certify_argv(cell, out, 0.15, "--stratify-by", "specialty"), capsys)
+    rc, _stdout, err = run_cli(certify_argv(cell, out, 0.15, "--stratify-by", "specialty"), capsys)
     assert rc == 0, err
     cert = json.loads((out / "certificate.json").read_text())
     names = [s["name"] for s in cert["strata"]]
@@ -317,7 +320,8 @@ def test_stratify_by_specialty(cell: dict[str, Path], tmp_path: Path, capsys: py
     n_null_s1 = sum(1 for g in logs if g.specialty is None and len(g.rounds) == 1)
     assert next(s for s in cert["strata"] if s["name"] == "S1|unspecified")["n"] == n_null_s1 > 0
     # Bonferroni m = number of certified cells
-    assert cert["n_certified_strata"] == 8 and cert["certified_strata"] == expected[:-1]
+    assert cert["n_tested_strata"] == 8 and cert["tested_strata"] == expected[:-1]
+    assert cert["certified_strata"] == [s["name"] for s in cert["strata"] if s["threshold"] is not None]
     assert cert["bonferroni_level"] == pytest.approx(0.05 / (20 * 8))
     html = (out / "report.html").read_text()
     assert "unspecified" in html and "Appendix I" in html
@@ -341,7 +345,7 @@ def test_stratify_by_specialty_without_any_specialty(tmp_path: Path, capsys: pyt
     assert rc == 0, err
     cert = json.loads((out / "certificate.json").read_text())
     assert [s["name"] for s in cert["strata"]] == ["S1|unspecified", "S2|unspecified", "S3"]
-    assert cert["n_certified_strata"] == 2
+    assert cert["n_tested_strata"] == 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -387,7 +391,7 @@ def test_without_probe_and_nli_s1_abstains(cell: dict[str, Path], tmp_path: Path
     cert = json.loads((out / "certificate.json").read_text())
     by = {s["name"]: s for s in cert["strata"]}
     assert by["S1"]["threshold"] is None and by["S1"]["n"] == 260 and not by["S1"]["certified"]
-    assert cert["certified_strata"] == ["S2"] and cert["n_certified_strata"] == 1
+    assert cert["tested_strata"] == ["S2"] and cert["n_tested_strata"] == 1
     assert cert["standardization"] == {}
     d = deploy.apply_certificate(cert, L.read_logs(cell["logs"]))
     assert not (d.loc[d["base_stratum"] == "S1", "decision"] == "answer").any()
@@ -415,11 +419,12 @@ def test_uncertifiable_alpha_reports_abstention(cell: dict[str, Path], tmp_path:
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """At a tiny alpha no grid point is rejected: the strata abstain; apply answers nothing."""
     out = tmp_path / "o"
-    rc, stdout, err = run_cli(certify_argv(cell, out, 0.001), capsys)
+    rc, _stdout, err = run_cli(certify_argv(cell, out, 0.001), capsys)
     assert rc == 0, err
     cert = json.loads((out / "certificate.json").read_text())
     assert all(s["threshold"] is None for s in cert["strata"]) and cert["n_answered"] == 0
-    assert {s["status"] for s in cert["strata"] if s["certified"]} == {"not certified"}
+    assert {s["status"] for s in cert["strata"] if s["tested"]} == {"not certified"}
+    assert cert["certified_strata"] == [] and cert["n_certified_strata"] == 0
     d = deploy.apply_certificate(cert, *_calibration(cell))
     assert (d["decision"] == "abstain").all()
 
@@ -457,7 +462,7 @@ def test_release_medqa_cell_certifies_and_apply_reproduces(tmp_path: Path, capsy
     if missing:
         pytest.skip(f"the shipped release's MedQA cell is absent ({missing[0]}); the synthetic tests above cover certify")
     out = tmp_path / "o"
-    rc, stdout, err = run_cli(certify_argv(files, out), capsys)
+    rc, _stdout, err = run_cli(certify_argv(files, out), capsys)
     assert rc == 0, err
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["datasets"] == ["medqa"] and cert["backbones"] == ["Qwen/Qwen3-8B"]

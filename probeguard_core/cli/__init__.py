@@ -12,7 +12,8 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from probeguard_core import __version__
 
@@ -21,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "probeguard_core.cli.validate",
     "probeguard_core.cli.convert",
     "probeguard_core.cli.certify",
+    "probeguard_core.cli.monitor",
     "probeguard_core.cli.pipeline",
     "probeguard_core.cli.simulate",
 )
@@ -28,6 +30,36 @@ SUBCOMMAND_MODULES = (
 
 class UsageError(ValueError):
     """A bad argument value (alpha out of range, unwritable output folder, ...)."""
+
+
+def refuse_overwriting_inputs(
+    inputs: Iterable[str | os.PathLike[str] | None], outputs: Iterable[str | os.PathLike[str]],
+    folders: Iterable[str | os.PathLike[str]] = (),
+) -> None:
+    """No command writes over one of its own inputs, however either path is spelled.
+
+    Paths are compared after resolving ``..``, relative spellings and symlinks
+    (:func:`os.path.realpath`), and by inode where both exist (hard links).  An output inside
+    one of ``folders`` (input trees a command walks) is refused too.  Raises :class:`UsageError`.
+    """
+    ins = [Path(p) for p in inputs if p is not None]
+    trees = [Path(p) for p in folders]
+    for out in (Path(o) for o in outputs):
+        ro = os.path.realpath(out)
+        for src in ins:
+            same = ro == os.path.realpath(src)
+            if not same and out.exists() and src.exists():
+                try:
+                    same = os.path.samefile(out, src)
+                except OSError:
+                    same = False
+            if same:
+                raise UsageError(f"output {out} is the input {src} (the same file); a command never writes "
+                                 "over one of its own inputs: choose another output path")
+        for tree in trees:
+            rt = os.path.realpath(tree)
+            if ro == rt or ro.startswith(rt.rstrip(os.sep) + os.sep):
+                raise UsageError(f"output {out} lies inside the input folder {tree}; write it elsewhere")
 
 
 def build_parser() -> argparse.ArgumentParser:

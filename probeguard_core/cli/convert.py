@@ -6,11 +6,13 @@ import argparse
 from pathlib import Path
 
 from probeguard_core.adapters import convert_ma_rag_tree
+from probeguard_core.cli import refuse_overwriting_inputs
 from probeguard_core.logs import write_jsonl
 from probeguard_core.questions import load_questions
 
 
 def _ma_rag(args: argparse.Namespace) -> int:
+    refuse_overwriting_inputs([args.questions], [args.out], folders=[args.tree])
     questions = load_questions(args.questions, dataset=args.dataset)
     logs = convert_ma_rag_tree(
         Path(args.tree),
