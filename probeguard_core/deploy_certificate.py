@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from probeguard_core import certify as C
+from probeguard_core.fileio import jsonable  # the one JSON conversion
 
 __all__ = [
     "CERTIFICATE_FORMAT",
@@ -57,21 +58,6 @@ _REL = 1e-9  # relative tolerance of a recomputed p-value / level / rate (JSON r
 
 class CertificateError(ValueError):
     """A certificate that is malformed or whose fields disagree (names the field)."""
-
-
-def jsonable(v: Any) -> Any:
-    """JSON-ready copy: numpy scalars/arrays to Python, tuples to lists, NaN/inf to None."""
-    if isinstance(v, Mapping):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, np.ndarray):
-        return [jsonable(x) for x in v.tolist()]
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def _canonical(v: Any) -> bytes:

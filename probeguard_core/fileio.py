@@ -21,12 +21,14 @@ import contextlib
 import hashlib
 import math
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
+    "remove_stale_temporaries",
     "AtomicWriteError",
     "atomic_open",
     "jsonable",
@@ -35,6 +37,9 @@ __all__ = [
     "write_files_atomically",
     "write_text_atomic",
 ]
+
+
+_TMP_SUFFIX = ".tmp"  # temporaries are .NAME.XXXXXXXX.tmp beside their target
 
 
 class AtomicWriteError(OSError):
@@ -49,7 +54,7 @@ def _umask() -> int:
 
 def _mkstemp(path: Path, error: type[Exception]) -> tuple[int, str]:
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TMP_SUFFIX, dir=path.parent)
     except OSError as exc:
         raise error(f"cannot write to {path.parent}: {exc.strerror or exc}") from None
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
@@ -129,6 +134,31 @@ def _remove_dirs(created: list[Path]) -> None:
             d.rmdir()
 
 
+
+def _tmp_pattern(path: Path) -> re.Pattern[str]:
+    """Names :func:`_mkstemp` gives for ``path`` (``.NAME.XXXXXXXX.tmp``)."""
+    return re.compile(rf"\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}{re.escape(_TMP_SUFFIX)}")
+
+
+def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove temporary files a killed earlier run left beside ``path``; return them.
+
+    Only names of the exact shape this module's writers create for ``path``
+    (``.NAME.XXXXXXXX.tmp``) are touched, and only regular files.
+    """
+    p = Path(path)
+    folder = p.parent
+    if not folder.is_dir():
+        return []
+    pat = _tmp_pattern(p)
+    gone = []
+    for entry in os.scandir(folder):
+        if pat.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+            gone.append(Path(entry.path))
+    return gone
+
+
 def write_files_atomically(files: Mapping[Path, bytes], error: type[Exception] = AtomicWriteError) -> None:
     """Write every file via a temporary file in its folder and ``os.replace``; all or nothing.
 
@@ -141,6 +171,7 @@ def write_files_atomically(files: Mapping[Path, bytes], error: type[Exception] =
     try:
         for path in files:
             created += _ensure_dir(Path(path).parent, error)
+            remove_stale_temporaries(path)  # left by an earlier run that was killed outright
         for path, data in files.items():
             path = Path(path)
             fd, tmp = _mkstemp(path, error)
