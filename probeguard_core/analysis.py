@@ -329,17 +329,24 @@ def figure1_cases(cell: Any, arm: str = "counter_evidence") -> pd.DataFrame:
 # --------------------------------------------------------------------------- certification
 def certification_inputs(cells: Sequence[Any]) -> pd.DataFrame:
     """Per-question certification scores of one or more cells (§3.3; :func:`scoring.stratum_scores`
-    over the logs, probe and NLI records of all of them together, so the unanimous-layer z-scores
-    standardize over the union within each dataset). Adds ``error``, ``a1`` (first-round
-    agreement, the certification control of §4.1) and ``cell`` (the cell's
-    ``role``: main / augment) columns."""
+    over the logs, probe and NLI records of all of them together). Adds ``error``, ``a1``
+    (first-round agreement, the certification control of §4.1) and ``cell`` (the cell's
+    ``role``: main / augment) columns.
+
+    One value per quantity (DESIGN 3, per dataset and per layer): ``score`` standardizes the
+    unanimous-layer z-scores within each cell's own layer (its role), so the main layer's
+    scores, and every certificate built on them (§4.4's plain arm, Table 8, the what-if page),
+    are the same whether or not an augmentation pool is loaded beside it.
+    ``score_augmented`` standardizes over the union of the layers of each dataset (main plus
+    augmentation pool): the score of §4.4's augmented arm, which may extend the population."""
     logs, probe, nli, role = [], [], [], []
     for c in cells:
         logs += list(c.logs)
         probe += list(c.probe or [])
         nli += list(c.nli or [])
         role += [c.role] * len(c.logs)
-    df = stratum_scores(logs, probe_records=probe, nli=nli)
+    df = stratum_scores(logs, probe_records=probe, nli=nli, layers=role)
+    df["score_augmented"] = stratum_scores(logs, probe_records=probe, nli=nli)["score"].to_numpy()
     df["error"] = ~df["correct"].to_numpy(dtype=bool)
     df["a1"] = [first_round_agreement(log) for log in logs]
     df["cell"] = role
@@ -447,7 +454,8 @@ def certification_arms(table: pd.DataFrame, full_stream_score: pd.Series | None,
     * ``stratified_ltt``: the paper's rule (S1 ``z(kappa)+z(RSE)``, S2 ``a-bar``, S3 abstains);
     * ``stratified_ltt_a1``: the certification control, first-round agreement in S1 and S2 (§4.1);
     * ``stratified_ltt_augmented``: the paper's rule with ``extra_cal`` (the n = 875 in-domain
-      augmentation, release cells of role ``augment``) added to every calibration half.
+      augmentation, release cells of role ``augment``) added to every calibration half, scored
+      by ``score_augmented`` (z over main layer plus pool) where the tables have it.
     The two paper-rule arms are left out when :func:`uncertifiable` says the release cannot score
     its unanimous layer (no probe or NLI records). Columns: ``arm`` then those of
     :func:`certify.summarize`.
@@ -468,9 +476,10 @@ def certification_arms(table: pd.DataFrame, full_stream_score: pd.Series | None,
     frames.append(C.summarize(C.repeated_splits(table["a1"].to_numpy(dtype=float), err, st, **kw))
                   .assign(arm="stratified_ltt_a1"))
     if paper_rule and extra_cal is not None and len(extra_cal) and uncertifiable(extra_cal) is None:
-        x = (extra_cal["score"].to_numpy(dtype=float), extra_cal["error"].to_numpy(dtype=bool),
+        col = "score_augmented" if "score_augmented" in table and "score_augmented" in extra_cal else "score"
+        x = (extra_cal[col].to_numpy(dtype=float), extra_cal["error"].to_numpy(dtype=bool),
              extra_cal["stratum"].to_numpy(dtype=str))
-        frames.append(C.summarize(C.repeated_splits(table["score"].to_numpy(dtype=float), err, st, extra_cal=x, **kw))
+        frames.append(C.summarize(C.repeated_splits(table[col].to_numpy(dtype=float), err, st, extra_cal=x, **kw))
                       .assign(arm="stratified_ltt_augmented"))
     out = pd.concat(frames, ignore_index=True)
     return out[["arm"] + [c for c in out.columns if c not in ("arm", "method")]]
@@ -628,14 +637,17 @@ def probe_arm_table(cell: Any, probe_arm: str = "counter_evidence", controls: Se
 
 
 # --------------------------------------------------------------------------- Table 7 (Appendix H)
-def ablation_table(cell: Any, n_folds: int = 5, seed: int = SEED, gbt: bool = True) -> pd.DataFrame:
+def ablation_table(cell: Any, n_folds: int = 5, seed: int = SEED, gbt: bool = True,
+                   scaled: bool = True) -> pd.DataFrame:
     """Table 7: AUROC of the out-of-fold process score with each feature family dropped, and
     the GBT swap (Appendix H; :func:`scoring.drop_family_ablation`, :func:`scoring.process_score`).
 
     Long format: ``backbone, dataset, signal (process_score), quantity (auroc), variant (``full``,
-    ``without <family>``, ``gbt``), arm ('' for the
-    l2 logistic regression, ``gbt_classifier`` for the swap), dropped_family ('' = full score),
-    n_features, value``.
+    ``without <family>``, ``gbt``, ``scaled logistic (ours)``), arm ('' for the paper's default
+    l2 logistic regression, ``gbt_classifier`` for the swap, ``scaled_logistic`` for this
+    project's earlier StandardScaler + ``max_iter=1000`` variant, not in the paper),
+    dropped_family ('' = full score), n_features, value, not_converged_folds`` (folds whose
+    lbfgs stopped at ``max_iter``; 0 for GBT).
     """
     from threadpoolctl import threadpool_limits
 
@@ -646,14 +658,17 @@ def ablation_table(cell: Any, n_folds: int = 5, seed: int = SEED, gbt: bool = Tr
     # ~20x faster on a shared 2-core machine); results do not depend on the thread count.
     with threadpool_limits(limits=1):
         ab = drop_family_ablation(X, y, n_splits=n_folds, seed=seed)
-        p = process_score(X, y, model="gbt", n_splits=n_folds, seed=seed) if gbt else None
+        swaps = [(v, a, process_score(X, y, model=m, n_splits=n_folds, seed=seed))
+                 for v, a, m, on in (("scaled logistic (ours)", "scaled_logistic", "logistic_scaled", scaled),
+                                     ("gbt", "gbt_classifier", "gbt", gbt)) if on]
     base = {"backbone": cell.backbone, "dataset": cell.dataset, "signal": "process_score", "quantity": "auroc"}
     rows = [{**base, "variant": "full" if fam == "none" else f"without {fam}", "arm": "",
              "dropped_family": "" if fam == "none" else fam,
-             "n_features": int(r.n_features), "value": float(r.auroc)} for fam, r in ab.iterrows()]
-    if p is not None:
-        rows.append({**base, "variant": "gbt", "arm": "gbt_classifier", "dropped_family": "", "n_features": X.shape[1],
-                     "value": M.auroc(p.to_numpy(), y)})
+             "n_features": int(r.n_features), "value": float(r.auroc),
+             "not_converged_folds": int(r.not_converged_folds)} for fam, r in ab.iterrows()]
+    for variant, arm, p in swaps:
+        rows.append({**base, "variant": variant, "arm": arm, "dropped_family": "", "n_features": X.shape[1],
+                     "value": M.auroc(p.to_numpy(), y), "not_converged_folds": int(p.attrs["not_converged_folds"])})
     return pd.DataFrame(rows)
 
 
@@ -970,8 +985,9 @@ def whatif_coverage(error_rates: Sequence[float], cal_sizes: Sequence[int], alph
     (beyond the paper; §3.3, §5.3 "a stratum above alpha receives no certified region").
 
     For each target error rate, :func:`probeguard_core.simulate.whatif.unanimous_layer_table`
-    draws a MedQA-like unanimous layer of ``n_population`` questions from the release's
-    generative model; its score is ``z(kappa) + z(RSE)`` (:func:`scoring.unanimous_layer_score`).
+    draws a MedQA-like unanimous layer of ``n_population`` questions from this project's
+    simulator (``probeguard_core.simulate``, its MedQA parameters for ``backbone``), whatever
+    release the book renders; its score is ``z(kappa) + z(RSE)`` (:func:`scoring.unanimous_layer_score`).
     That layer is the population: each of ``n_draws`` calibration sets of size ``n_cal`` is
     drawn from it with replacement (``default_rng(seed)``), :func:`certify.ltt_threshold` picks
     the threshold (m = 2 certified strata, as in the paper), and coverage and risk are those of

@@ -182,9 +182,8 @@ def modal_answer(rnd: Round) -> str | None:
     """The round's modal *vote* among answers cast, ties to the alphabetically first key.
 
     None when every candidate's answer is null: such a round has no voters, hence no NLI
-    record (DESIGN 2.4).  This is the voter set used for the NLI cross-check; the feature
-    arithmetic's m_t (:func:`probeguard_core.features.modal_answer`) follows DESIGN 3
-    literally and breaks the all-zero tie to the first option key.
+    record (DESIGN 2.4), and no modal answer (DESIGN 3); the feature arithmetic's m_t
+    (:func:`probeguard_core.features.modal_answer`) agrees on every round.
     """
     counts = Counter(c.answer for c in rnd.candidates if c.answer is not None)
     if not counts:
