@@ -236,7 +236,14 @@ class QuestionLog(_Versioned):
             raise _FieldError("rounds", f"{len(self.rounds)} rounds exceed max_rounds={self.max_rounds}")
         for t, rnd in enumerate(self.rounds, start=1):
             self._check_round(t, rnd, opts)
+        if not isinstance(self.probe_pilot, (bool, type(None))):  # optional field, DESIGN 2.1
+            raise _FieldError("probe_pilot", f"expected true or false, got {self.probe_pilot!r}")
         return self
+
+    @property
+    def probe_pilot(self) -> bool | None:
+        """DESIGN 2.1 optional ``probe_pilot``: the question was in the probe pilot (§5.2); None = not recorded."""
+        return (self.model_extra or {}).get("probe_pilot")
 
     def _check_round(self, t: int, rnd: Round, opts: list[str]) -> None:
         at = ("rounds", t - 1)
