@@ -71,6 +71,8 @@ def sequence_logprob(log: QuestionLog, length_normalized: bool = False) -> float
     target = final_answer(log)
     if target is None:
         target = modal_answer(answer_shares(log, last))
+    if target is None:  # an all-null last round: no candidate votes for anything
+        return math.nan
     vals: list[float] = []
     for c in last.candidates:
         if c.answer != target or c.logprob is None:

@@ -17,12 +17,16 @@ Conventions fixed by DESIGN 3:
 * ``s_t(a)`` is the share of round t's N candidates answering option a.  A null answer
   (no parseable answer) counts in N but is never an option: it lowers every share.
 * ``m_t`` is the modal answer of round t, ties broken by the alphabetically first option
-  key.  A round where every answer is null has all shares 0, so ``m_t`` is the first option
-  key and ``s_t(m_t) = 0``.
+  key.  A round where every answer is null has no modal answer: ``m_t = None`` (DESIGN 3),
+  the same as :func:`probeguard_core.logs.modal_answer`; its agreement ``s_t(m_t)`` is 0 and
+  Eq. 8 compares None as a value (a move from or to None is a flip).
 * Entropy ``H_t`` (Eq. 11) sums over the options only; the null share is *not* a term
   (it is not an answer), so nulls lower H.  Natural log; ``0 ln 0 = 0``.  (With nulls the
   shares sum to less than 1, so on two-option questions H can slightly exceed ln 2; the
-  bound is max(ln K, K/e).)
+  bound is max(ln K, K/e).)  The terms ``s ln s`` are summed in one canonical order
+  (ascending value, left to right), so two rounds with the same multiset of shares have
+  bit-equal entropies whichever options carry them, in both the per-log and the vectorized
+  code (no tie in AUROC or risk-coverage is split by rounding).
 * The Jensen-Shannon divergence between adjacent rounds compares full probability vectors
   ``(s_t(A), ..., s_t(K), null share)``, so a move to or from "no answer" is a change.
 * Undefined values are NaN, never 0: slopes need two rounds, ``rho_t`` needs t >= 2 and
@@ -53,6 +57,7 @@ __all__ = [
     "FeatureSpec",
     "answer_entropies",
     "answer_shares",
+    "canonical_sum",
     "converged",
     "doc_repeat_rates",
     "feature_table",
@@ -80,6 +85,8 @@ AGGREGATIONS = ("first", "last", "mean", "slope", "max", "special")
 SERIES = ("agreement", "entropy", "js", "minority_share", "rse", "hard_se", "doc_repeat", "docs", "queries")
 #: Tolerance of "H does not increase" (identical distributions give identical entropies).
 H_TOL = 1e-12
+#: Code of "no modal answer" (an all-null round) in the vectorized modal array (-1 = no round).
+NO_MODAL = -2
 _REQUIRED_KEYS = ("name", "family", "base", "aggregation", "formula", "missing")
 
 Stratum = Literal["S1", "S2", "S3"]
@@ -103,13 +110,16 @@ def answer_shares(log: QuestionLog, rnd: Round) -> dict[str, float]:
     return {a: c / n for a, c in counts.items()}
 
 
-def modal_answer(shares: Mapping[str, float]) -> str:
-    """m_t = argmax_a s_t(a), ties -> alphabetically first option key (DESIGN 3)."""
+def modal_answer(shares: Mapping[str, float]) -> str | None:
+    """m_t = argmax_a s_t(a), ties -> alphabetically first option key; None when every share is 0
+    (all answers null: no modal answer, DESIGN 3)."""
     keys = sorted(shares)
+    if not keys or max(shares.values()) <= 0:
+        return None
     return max(keys, key=lambda a: shares[a])  # max() keeps the first of equal maxima
 
 
-def modal_answers(log: QuestionLog) -> list[str]:
+def modal_answers(log: QuestionLog) -> list[str | None]:
     """m_t for t = 1..T_stop."""
     return [modal_answer(answer_shares(log, r)) for r in log.rounds]
 
@@ -119,7 +129,8 @@ def round_agreements(log: QuestionLog) -> list[float]:
     out = []
     for r in log.rounds:
         s = answer_shares(log, r)
-        out.append(s[modal_answer(s)])
+        m = modal_answer(s)
+        out.append(0.0 if m is None else s[m])
     return out
 
 
@@ -174,8 +185,9 @@ def stratum(log: QuestionLog) -> Stratum:
     return "S2" if converged(log) else "S3"
 
 
-def _reference_answer(log: QuestionLog) -> str:
-    """m*: the final answer, or the last round's modal answer when there is none (DESIGN 3)."""
+def _reference_answer(log: QuestionLog) -> str | None:
+    """m*: the final answer, or the last round's modal answer when there is none (DESIGN 3);
+    None when the last round is all null (then every option with a supporter is a minority)."""
     f = final_answer(log)
     return f if f is not None else modal_answers(log)[-1]
 
@@ -222,9 +234,20 @@ def answer_entropies(log: QuestionLog) -> list[float]:
     """
     out = []
     for r in log.rounds:
-        h = -sum(v * math.log(v) for v in answer_shares(log, r).values() if v > 0)
-        out.append(h + 0.0)
+        out.append(-canonical_sum([v * math.log(v) for v in answer_shares(log, r).values() if v > 0]) + 0.0)
     return out
+
+
+def canonical_sum(terms: Iterable[float]) -> float:
+    """Sum of ``terms`` in one canonical order: ascending value, accumulated left to right.
+
+    The result depends only on the multiset of terms, never on the order they arrive in
+    (the order of the options carrying them); :func:`feature_table` sums the same way.
+    """
+    total = 0.0
+    for x in sorted(terms):
+        total += x
+    return total
 
 
 def _distribution(log: QuestionLog, rnd: Round) -> list[float]:
@@ -521,17 +544,22 @@ def _build_base(logs: Sequence[QuestionLog], nli: Any = None) -> _Base:
     shares = counts / Nf[:, :, None]
     null_share = nulls / Nf
 
-    # modal answer: argmax over option letters only; np.argmax keeps the first (alphabetical) max
+    # modal answer: argmax over option letters only; np.argmax keeps the first (alphabetical) max;
+    # an all-null round has none (NO_MODAL, DESIGN 3): agreement 0, and a flip where it changes
     masked = np.where(optmask[:, None, :], counts, -1)
     modal = masked.argmax(axis=2)
     top = np.take_along_axis(counts, modal[:, :, None], axis=2)[:, :, 0]
     agreement = np.where(valid, top / Nf, np.nan)
     minority = np.where(valid, shares.sum(axis=2) - top / Nf, np.nan)
-    modal = np.where(valid, modal, -1)
+    modal = np.where(valid, np.where(top > 0, modal, NO_MODAL), -1)
 
     with np.errstate(divide="ignore", invalid="ignore"):
         plogp = np.where(shares > 0, shares * np.log(np.where(shares > 0, shares, 1.0)), 0.0)
-    entropy = np.where(valid, -plogp.sum(axis=2) + 0.0, np.nan)
+    # canonical order (as canonical_sum): sort the terms, then a strictly sequential sum
+    # (cumsum, not numpy's pairwise sum); the zero terms of absent options change nothing.
+    terms = np.sort(plogp, axis=2)
+    h = np.cumsum(terms, axis=2)[:, :, -1] if K else np.zeros((Q, Tmax))
+    entropy = np.where(valid, -h + 0.0, np.nan)
 
     # JS between adjacent rounds on (shares, null share)
     dist = np.concatenate([shares, null_share[:, :, None]], axis=2)
@@ -549,7 +577,7 @@ def _build_base(logs: Sequence[QuestionLog], nli: Any = None) -> _Base:
     last_top = last.max(axis=1) if K else np.zeros(Q, dtype=np.int64)
     n_top = (last == last_top[:, None]).sum(axis=1)
     final = np.where((last_top > 0) & (n_top == 1), last.argmax(axis=1), -1)
-    mstar = np.where(final >= 0, final, modal[np.arange(Q), T - 1])
+    mstar = np.where(final >= 0, final, modal[np.arange(Q), T - 1])  # NO_MODAL: no m*
 
     rse = np.full((Q, Tmax), np.nan)
     hse = np.full((Q, Tmax), np.nan)
@@ -615,8 +643,9 @@ def _special_n_flip(b: _Base) -> np.ndarray:
 def _support(b: _Base) -> tuple[np.ndarray, np.ndarray]:
     """(rounds with >= 1 supporter per option letter with m* zeroed, T) for Eq. 9."""
     sup = ((b.counts >= 1) & b.valid[:, :, None]).sum(axis=1)  # (Q, K)
+    has = b.mstar >= 0  # without m* (all-null last round) every option is a minority
     if sup.shape[1]:
-        sup[np.arange(len(b.T)), b.mstar] = 0
+        sup[np.arange(len(b.T))[has], b.mstar[has]] = 0
     return sup, b.T
 
 

@@ -204,9 +204,8 @@ def modal_answer(rnd: Round) -> str | None:
     """The round's modal *vote* among answers cast, ties to the alphabetically first key.
 
     None when every candidate's answer is null: such a round has no voters, hence no NLI
-    record (DESIGN 2.4).  This is the voter set used for the NLI cross-check; the feature
-    arithmetic's m_t (:func:`probeguard_core.features.modal_answer`) follows DESIGN 3
-    literally and breaks the all-zero tie to the first option key.
+    record (DESIGN 2.4), and no modal answer (DESIGN 3); the feature arithmetic's m_t
+    (:func:`probeguard_core.features.modal_answer`) agrees on every round.
     """
     counts = Counter(c.answer for c in rnd.candidates if c.answer is not None)
     if not counts:
@@ -267,7 +266,14 @@ class QuestionLog(_Versioned):
             reason = (f"{CUT_SHORT}: round {last.round} is contested but only {len(self.rounds)} of "
                       f"max_rounds={self.max_rounds} rounds are logged (the substrate stops only at unanimity or max_rounds)")
             raise _FieldError("rounds", reason)
+        if not isinstance(self.probe_pilot, (bool, type(None))):  # optional field, DESIGN 2.1
+            raise _FieldError("probe_pilot", f"expected true or false, got {self.probe_pilot!r}")
         return self
+
+    @property
+    def probe_pilot(self) -> bool | None:
+        """DESIGN 2.1 optional ``probe_pilot``: the question was in the probe pilot (§5.2); None = not recorded."""
+        return (self.model_extra or {}).get("probe_pilot")
 
     def _check_round(self, t: int, rnd: Round, opts: list[str]) -> None:
         at = ("rounds", t - 1)

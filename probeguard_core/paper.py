@@ -105,7 +105,7 @@ STRATA: tuple[str, ...] = ("S1", "S2", "S3")
 #: Feature families of Table 4 / Table 7 (the family a drop-one row removes).
 FAMILIES: tuple[str, ...] = ("agreement", "distribution", "minority", "rationale", "retrieval")
 #: Units; ``fraction`` values are stored as fractions even where the paper prints percent.
-UNITS: tuple[str, ...] = ("fraction", "auroc", "aurc", "correlation", "seconds", "tokens", "count")
+UNITS: tuple[str, ...] = ("fraction", "auroc", "aurc", "correlation", "seconds", "tokens", "count", "parameter")
 
 _VOCAB: dict[str, tuple[str, ...]] = {
     "backbone": BACKBONES, "dataset": DATASETS, "signal": SIGNALS, "arm": ARMS,

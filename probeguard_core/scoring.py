@@ -2,11 +2,16 @@
 
 * :func:`process_score` (section 3.1, Appendix H, Appendix L): out-of-fold probability of a
   correct final answer from the feature registry, one scikit-learn ``Pipeline``
-  (median imputation with missingness indicators -> standardization -> L2 logistic
-  regression, or gradient-boosted trees) fitted inside each fold of a question-level
-  ``GroupKFold``.  Every preprocessing statistic is learned on training folds only.
+  (median imputation with missingness indicators -> scikit-learn's default L2 logistic
+  regression, the paper's Appendix L configuration; or this project's earlier variant with a
+  ``StandardScaler`` and ``max_iter=1000``; or gradient-boosted trees) fitted inside each fold
+  of a question-level ``GroupKFold``.  Every preprocessing statistic is learned on training
+  folds only.
 * :func:`unanimous_layer_score` (section 3.2): ``z(kappa) + z(RSE)``, standardized over the
-  unanimous layer of one dataset (label-free).
+  unanimous layer of one dataset (label-free).  :func:`stratum_scores` is the one place that
+  decides which questions a z-score standardizes over: each ``(dataset, layer)`` group, so a
+  release's main layer is never standardized together with an augmentation pool unless the
+  caller puts both in one layer (the augmented arm of section 4.4 does, the plain arm does not).
 * :func:`stratum_scores` (section 3.3, DESIGN 3): the score each stratum is certified on.
 * :func:`drop_family_ablation` (section 5.1, Table 7): AUROC with one family removed.
 
@@ -16,6 +21,7 @@ Scores follow the project convention: higher = more confident the answer is corr
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -41,6 +47,7 @@ from probeguard_core.probe import keep_rates
 from probeguard_core.rse import first_round_rse
 
 __all__ = [
+    "MODELS",
     "drop_family_ablation",
     "make_pipeline",
     "process_score",
@@ -52,18 +59,26 @@ __all__ = [
     "zscore_constants",
 ]
 
-Model = Literal["logistic", "gbt"]
+Model = Literal["logistic", "logistic_scaled", "gbt"]
+#: The classifiers :func:`make_pipeline` builds; ``"logistic"`` is the paper's (Appendix L).
+MODELS: tuple[str, ...] = ("logistic", "logistic_scaled", "gbt")
 
 
 def make_pipeline(model: Model = "logistic", seed: int = SEED) -> Pipeline:
-    """The process-score classifier (Appendix L, Table 9; Appendix H for ``"gbt"``).
+    """The process-score classifier (section 3.1, Appendix L, Table 9; Appendix H for ``"gbt"``).
 
-    ``SimpleImputer(median, add_indicator=True, keep_empty_features=True)`` so a column that is
-    entirely missing in a training fold is kept (imputed 0, indicator 1) instead of crashing
-    or shifting columns; then ``StandardScaler`` and a default L2 ``LogisticRegression``
-    (C = 1; ``max_iter`` raised to 1000 only so that lbfgs converges).  ``"gbt"`` swaps the
-    last two steps for ``HistGradientBoostingClassifier(random_state=seed)`` behind the same
-    imputer.
+    Every variant starts with ``SimpleImputer(median, add_indicator=True,
+    keep_empty_features=True)`` (section 3.1: median imputation and missingness indicators
+    inside the training folds), so a column entirely missing in a training fold is kept
+    (imputed 0, indicator 1) instead of crashing or shifting columns.  Then:
+
+    * ``"logistic"`` (default): ``LogisticRegression()`` with scikit-learn's defaults (L2,
+      C = 1, lbfgs, ``max_iter=100``), the paper's "scikit-learn default configuration"
+      (Appendix L).  On unscaled features lbfgs may stop at ``max_iter`` before converging;
+      :func:`process_score` counts those folds instead of hiding them.
+    * ``"logistic_scaled"``: this project's earlier variant, ``StandardScaler`` then
+      ``LogisticRegression(max_iter=1000)`` (converges; shown as a row of Table 7).
+    * ``"gbt"``: ``HistGradientBoostingClassifier(random_state=seed)`` (Appendix H's swap).
     """
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.impute import SimpleImputer
@@ -73,12 +88,14 @@ def make_pipeline(model: Model = "logistic", seed: int = SEED) -> Pipeline:
 
     imputer = SimpleImputer(strategy="median", add_indicator=True, keep_empty_features=True)
     if model == "logistic":
+        return Pipeline([("impute", imputer), ("clf", LogisticRegression())])
+    if model == "logistic_scaled":
         return Pipeline(
             [("impute", imputer), ("scale", StandardScaler()), ("clf", LogisticRegression(max_iter=1000))]
         )
     if model == "gbt":
         return Pipeline([("impute", imputer), ("clf", HistGradientBoostingClassifier(random_state=seed))])
-    raise ValueError(f"model must be 'logistic' or 'gbt', got {model!r}")
+    raise ValueError(f"model must be one of {list(MODELS)}, got {model!r}")
 
 
 def _labels(correct: Sequence[bool] | np.ndarray | pd.Series, n: int, name: str = "correct") -> np.ndarray:
@@ -121,7 +138,9 @@ def process_score(
     (default: ``X.index``, the qid, so a question never sits on both sides).  For each fold
     a fresh :func:`make_pipeline` is fitted on the training rows only and predicts the
     held-out rows; the result is a Series aligned to ``X.index`` named ``process_score``.
-    Deterministic for a fixed seed.
+    Deterministic for a fixed seed.  ``result.attrs["not_converged_folds"]`` counts the folds
+    whose solver stopped at ``max_iter`` (scikit-learn's ``ConvergenceWarning``, caught here so
+    it is reported once per score rather than once per fold).
     """
     if not isinstance(X, pd.DataFrame):
         raise ValueError(f"X must be a pandas DataFrame, got {type(X).__name__}")
@@ -142,17 +161,28 @@ def process_score(
     if n_groups < n_splits:
         raise ValueError(f"n_splits={n_splits} exceeds the number of groups ({n_groups})")
     from sklearn.base import clone
+    from sklearn.exceptions import ConvergenceWarning
 
     template = make_pipeline(model, seed)
     cv = _group_folds(n_splits, seed)
     out = np.full(len(X), np.nan)
+    not_converged = 0
     for k, (train, test) in enumerate(cv.split(A, y, groups=g)):
         if len(np.unique(y[train])) < 2:
             raise ValueError(f"fold {k}: the training rows hold only one class; cannot fit a classifier")
-        est = clone(template).fit(A[train], y[train])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            est = clone(template).fit(A[train], y[train])
+        not_converged += any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        for w in caught:  # anything else is passed on unchanged
+            if not issubclass(w.category, ConvergenceWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         proba = est.predict_proba(A[test])
         out[test] = proba[:, list(est.classes_).index(1)]
-    return pd.Series(out, index=X.index, name="process_score")
+    res = pd.Series(out, index=X.index, name="process_score")
+    res.attrs["model"] = model
+    res.attrs["not_converged_folds"] = int(not_converged)
+    return res
 
 
 def zscore(x: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -197,16 +227,28 @@ def stratum_scores(
     probe_records: Iterable[ProbeRecord] | None = None,
     nli: Iterable[NLIRecord] | None = None,
     arm: str = "counter_evidence",
+    layers: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Per-question certification scores by stratum (section 3.3, DESIGN 3).
 
-    Columns: ``dataset``, ``stratum`` (S1/S2/S3), ``score``, ``correct``, ``kappa`` (keep rate
-    of the ``arm`` probe; S1 only), ``rse`` (RSE of the round-1 NLI record, where present).
-    S1: :func:`unanimous_layer_score` standardized within each dataset's unanimous layer;
-    S2: trajectory-averaged agreement a-bar (Eq. 7); S3: NaN (always abstains).
+    Columns: ``dataset``, ``layer``, ``stratum`` (S1/S2/S3), ``score``, ``correct``, ``kappa``
+    (keep rate of the ``arm`` probe; S1 only), ``rse`` (RSE of the round-1 NLI record, where
+    present).  S1: :func:`unanimous_layer_score` standardized within each ``(dataset, layer)``
+    unanimous layer; S2: trajectory-averaged agreement a-bar (Eq. 7); S3: NaN (always abstains).
     An S1 question without a probe record or a round-1 NLI record has score NaN (abstains).
+
+    ``layers`` (one label per log, default one layer ``"main"``) is the single place where the
+    standardization population is chosen (DESIGN 3: per dataset and per layer): the questions
+    of an augmentation pool labelled as their own layer never move the z-scores of the main
+    layer; label them like the main layer to standardize over the union (section 4.4's
+    augmented arm).
     """
     logs = list(logs)
+    if layers is None:
+        layers = ["main"] * len(logs)
+    layers = [str(x) for x in layers]
+    if len(layers) != len(logs):
+        raise ValueError(f"layers: expected {len(logs)} labels (one per log), got {len(layers)}")
     seen: set[str] = set()
     for i, log in enumerate(logs):
         if log.qid in seen:
@@ -217,6 +259,7 @@ def stratum_scores(
     df = pd.DataFrame(
         {
             "dataset": [log.dataset for log in logs],
+            "layer": layers,
             "stratum": [stratum(log) for log in logs],
             "score": np.nan,
             "correct": [is_correct(log) for log in logs],
@@ -228,7 +271,7 @@ def stratum_scores(
     df["score"] = df["score"].astype(float)
     s2 = (df["stratum"] == "S2").to_numpy()
     df.loc[s2, "score"] = [trajectory_agreement(log) for log, m in zip(logs, s2) if m]
-    for _, part in df[df["stratum"] == "S1"].groupby("dataset", sort=True):
+    for _, part in df[df["stratum"] == "S1"].groupby(["dataset", "layer"], sort=True):
         df.loc[part.index, "score"] = unanimous_layer_score(part["kappa"].to_numpy(), part["rse"].to_numpy())
     return df
 
@@ -245,8 +288,9 @@ def drop_family_ablation(
     """Drop-one-family ablation of the process score (section 5.1, Table 7).
 
     Rows: ``"none"`` (full feature set) and one per registry family present in ``X``
-    (family order of the registry); columns ``n_features`` and ``auroc`` (out-of-fold
-    :func:`process_score` against ``correct``, ``sklearn.metrics.roc_auc_score``).
+    (family order of the registry); columns ``n_features``, ``auroc`` (out-of-fold
+    :func:`process_score` against ``correct``, ``sklearn.metrics.roc_auc_score``) and
+    ``not_converged_folds``.
     Every column of ``X`` must be a registry feature.
     """
     from sklearn.metrics import roc_auc_score
@@ -263,10 +307,11 @@ def drop_family_ablation(
         if fam is not None and len(cols) == X.shape[1]:
             continue  # family absent from X: nothing to drop
         p = process_score(X[cols], y.astype(bool), groups=groups, model=model, n_splits=n_splits, seed=seed)
-        rows["none" if fam is None else fam] = {"n_features": float(len(cols)), "auroc": float(roc_auc_score(y, p))}
+        rows["none" if fam is None else fam] = {"n_features": float(len(cols)), "auroc": float(roc_auc_score(y, p)),
+                                                "not_converged_folds": float(p.attrs["not_converged_folds"])}
     out = pd.DataFrame.from_dict(rows, orient="index")
     out.index.name = "dropped"
-    return out.astype({"n_features": int})
+    return out.astype({"n_features": int, "not_converged_folds": int})
 
 
 # --------------------------------------------------------------------------------------------

@@ -113,3 +113,39 @@ def test_claims_are_nonempty_sentences_of_the_tail(text):
     tail = sentences[-5:]
     for c in claims:
         assert c and c == c.strip() and c in tail
+
+
+# ------------------------------------------------------------------ Appendix C's worked example
+# probeguard-paper-full.md, Appendix C, "Worked example (MedQA, dimeric-immunoglobulin question,
+# candidate 2)": the rationale's final portion (of 1,367 characters) and the extracted claim,
+# verbatim (the paper's curly quotes and its spelling "adherance").
+APPENDIX_C_TAIL = ("Option C, \u2018Inhibiting bacterial adherance and colonization of mucous membranes,\u2019 is the "
+                   "most accurate description of the primary function of dimeric IgA. <answer>C</answer>")
+APPENDIX_C_CLAIM = ("Option C, \u2018Inhibiting bacterial adherance and colonization of mucous membranes,\u2019 is the "
+                    "most accurate description of the primary function of dimeric IgA.")
+
+
+def test_appendix_c_worked_example_final_portion():
+    assert extract_claims(APPENDIX_C_TAIL) == [APPENDIX_C_CLAIM]
+
+
+def test_appendix_c_worked_example_as_printed_with_its_elision():
+    # the paper prints the portion after ". . . "; the elision's dots are cue-free pieces
+    assert extract_claims(". . . " + APPENDIX_C_TAIL) == [APPENDIX_C_CLAIM]
+
+
+def test_appendix_c_worked_example_full_length_rationale():
+    # the elided part of the 1,367-character rationale carries no cue in the last five sentences
+    # (else the paper's rule would keep more than one claim); pad with cue-free sentences
+    # to the printed length, over several lines, and the claim is unchanged.
+    filler = ("Dimeric IgA is produced by plasma cells in the lamina propria. It is transported across the "
+              "epithelium by the polymeric immunoglobulin receptor.\nThe secretory component protects it from "
+              "proteolysis in the gut lumen. ")
+    body = ""
+    while len(body) + len(APPENDIX_C_TAIL) < 1367:
+        body += filler
+    rationale = (body + APPENDIX_C_TAIL)[-1367:]
+    assert len(rationale) == 1367
+    assert extract_claims(rationale) == [APPENDIX_C_CLAIM]
+    # the answer tag is stripped and its letter is no sentence of its own
+    assert all("<answer>" not in c and c != "C" for c in extract_claims(rationale))

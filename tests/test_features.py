@@ -62,16 +62,43 @@ def test_nulls_count_in_n_but_are_never_the_mode():
     assert F.final_answer(log) == "B"
 
 
-def test_all_null_round_mode_is_first_option_key_with_zero_agreement():
+def test_all_null_round_has_no_modal_answer():
+    # DESIGN 3: a round whose answers are all null has m_t = None; Eq. 8 compares None as a value
     log = L([["B", "C"], [None, None]], options="BCD", gold="C")
-    assert F.modal_answers(log) == ["B", "B"]
+    assert F.modal_answers(log) == ["B", None]
     assert F.round_agreements(log) == [0.5, 0.0]
+    assert F.majority_flips(log) == 1  # B -> None is a change of the leading answer
     assert F.final_answer(log) is None
     assert not F.is_correct(log)
     assert not F.converged(log)
+    # no m*: every option with a supporter is a minority (B and C, one round each of two)
+    assert F.minority_persistence(log) == 0.5 and F.n_minority_options(log) == 2
     ft = F.feature_table([log])
-    assert ft.loc["q1", "a_last"] == 0.0 and ft.loc["q1", "n_flip"] == 0.0
+    assert ft.loc["q1", "a_last"] == 0.0 and ft.loc["q1", "n_flip"] == 1.0
     pd.testing.assert_frame_equal(ft, F.feature_table_reference([log]))
+
+
+def test_modal_answer_agrees_with_logs_on_every_round():
+    from probeguard_core import logs as LG
+
+    rounds = [["B", "C", "B"], [None, None, None], ["C", "C", None], [None, "D", None], ["D", "B", None]]
+    log = L(rounds, options="BCD", gold="C")
+    assert F.modal_answers(log) == [LG.modal_answer(r) for r in log.rounds] == ["B", None, "C", "D", "B"]
+    assert F.majority_flips(log) == 4
+    pd.testing.assert_frame_equal(F.feature_table([log]), F.feature_table_reference([log]))
+
+
+def test_entropy_summed_in_canonical_order():
+    # the same multiset of shares on different options gives bit-equal entropies
+    perms = [["A", "A", "A", "A", "B", "B", "C", "D", None, "E"],
+             ["E", "E", "E", "E", "D", "D", "A", "B", None, "C"],
+             ["C", "B", "C", "C", "C", "A", "A", "E", "D", None]]
+    logs = [L([p], options="ABCDE", gold="A", qid=f"q{i}") for i, p in enumerate(perms)]
+    hs = [F.answer_entropies(g)[0] for g in logs]
+    assert hs[0] == hs[1] == hs[2]
+    ft = F.feature_table(logs)
+    assert ft["H_first"].nunique() == 1 and ft["H_first"].iloc[0] == hs[0]
+    assert F.canonical_sum([0.1, 0.2, 0.3]) == F.canonical_sum([0.3, 0.1, 0.2])
 
 
 def test_single_round_unanimous():

@@ -85,6 +85,9 @@ def parameter_rows(cell: Any, params: dict[str, Any], scale: float = 1.0) -> lis
             len(ce), src(cp["probe_wall_s_median"]), kind="median")
         add("probe_tokens_median", float(M.v(cp["probe_tokens_median"])),
             float(np.median([r.cost.completion_tokens for r in ce])), len(ce), src(cp["probe_tokens_median"]), kind="median")
+    if "probe_pilot" in cp:  # DESIGN 2.1 probe_pilot (§5.2), drawn among the unanimous questions
+        add("probe_pilot (questions marked)", float(M.v(cp["probe_pilot"])),
+            float(sum(1 for g in logs if g.probe_pilot)), int(unan.sum()), src(cp["probe_pilot"]), kind="count")
     if cell.dataset == "medqa" and cell.role == "main":
         lab = [g for g in logs if g.specialty is not None]
         full = n == int(M.v(cp["n_questions"]))

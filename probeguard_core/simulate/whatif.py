@@ -2,7 +2,8 @@
 
 The certification chapter (§4.4, Appendix E) asks how certified coverage moves with the
 calibration size and the layer's base error rate.  :func:`simulate_unanimous_layer` draws a
-MedQA-like unanimous layer from the same generative model as the release, with the
+MedQA-like unanimous layer from this project's simulator (the MedQA parameters of
+``params.yaml``, which generated ``data/simulated-v1``; never from a loaded release), with the
 layer's error rate replaced by ``error_rate`` (the state mixture is re-solved, the
 first-round unanimity kept); :func:`unanimous_layer_table` turns it into per-question
 (kappa, rse, correct) through the real core functions (Eq. 4, Eq. 3, DESIGN 3).

@@ -5,6 +5,10 @@ for every cell of :data:`model.CELLS`, validates each file with the foundation's
 renders ``DATASHEET.md`` and writes ``manifest.json`` (sha256 of every file) with
 :func:`probeguard_core.release.write_manifest`.  Everything is a function of the parameter
 file and the seed, so the same command reproduces the release bit for bit.
+
+The probe-pilot marker (DESIGN 2.1 ``probe_pilot``, §5.2) is drawn by :func:`mark_probe_pilot`
+from its own random stream (``model.rng_for("probe_pilot", cell)``) after a cell is simulated,
+so marking it changes no other simulated value.
 """
 
 from __future__ import annotations
@@ -77,7 +81,33 @@ def simulate_cell(cell: str, *, scale: float = 1.0, n: int | None = None, params
         if sim.self_report is not None:
             srs.append(sim.self_report)
         latent.append({"qid": q.qid, **sim.latent})
+    mark_probe_pilot(cell, logs, params, scale=n / max(cell_size(cell, params), 1))
     return CellData(cell, dataset, backbone, role, logs, probe, nli, srs if with_sr else None, latent)
+
+
+def _unanimous_first_round(log: dict[str, Any]) -> bool:
+    answers = {c["answer"] for c in log["rounds"][0]["candidates"]}
+    return len(answers) == 1 and None not in answers
+
+
+def mark_probe_pilot(cell: str, logs: list[dict[str, Any]], params: dict[str, Any], scale: float = 1.0) -> None:
+    """Set DESIGN 2.1 ``probe_pilot`` on every log of a cell whose parameters name a pilot (§5.2).
+
+    ``probe_pilot`` questions (``round(value x scale)``, at least 1) are drawn without
+    replacement among the cell's first-round-unanimous questions (the ones the probe runs on) by
+    ``model.rng_for("probe_pilot", cell)``, a stream no other simulated value reads; every
+    other log of the cell gets ``probe_pilot = false``.  Cells without the parameter are left
+    unmarked (the field is absent).
+    """
+    node = params["cells"][cell].get("probe_pilot")
+    if node is None:
+        return
+    pool = [i for i, g in enumerate(logs) if _unanimous_first_round(g)]
+    k = min(len(pool), max(1, int(round(int(M.v(node)) * scale))))
+    chosen = set(M.rng_for("probe_pilot", cell).choice(len(pool), size=k, replace=False).tolist()) if pool else set()
+    pilot = {pool[j] for j in chosen}
+    for i, g in enumerate(logs):
+        g["probe_pilot"] = i in pilot
 
 
 def write_cell(out: str | Path, data: CellData) -> dict[str, Path]:

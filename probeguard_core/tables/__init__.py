@@ -8,6 +8,8 @@
 ``certification``    certification (§3.3, §4.4, Figure 4) and Table 8 (Appendix I)
 ``audits``           Theorem 1 audits and the what-if chapter (beyond the paper)
 ``appendices``       Table 7 (Appendix H), Appendix J, Appendix C
+``method``           Table 4, Table 9 and Appendices A, D, E (the method's reference pages)
+``difficulty``       §5.1 difficulty-proxy correlations, §5.2 probe-pilot sensitivity
 ``picking``          which backbone / benchmark of a release a page shows
 ``beside``           ours beside the paper; ``results.json`` consistency checks
 ``display``          tables and notes for reading (never changes a number in a CSV)
@@ -60,6 +62,13 @@ NAMES: dict[str, str] = {
     **dict.fromkeys([
         "pick_backbone", "pick_backbones", "pick_dataset", "pick_datasets",
     ], "picking"),
+    **dict.fromkeys([
+        "TRAJECTORY_FAMILIES", "difficulty_correlations", "difficulty_summary", "pilot_shift",
+    ], "difficulty"),
+    **dict.fromkeys([
+        "ALGORITHMS", "PAPER_TABLE4", "AlgorithmLine", "algorithm_lines", "algorithms_markdown",
+        "appendix_a_prompts", "appendix_e_protocol", "prompts_markdown", "hyperparameter_source", "source_link", "table4", "table9", "violation_counts",
+    ], "method"),
     **dict.fromkeys([
         "cell_scores", "defined_metric", "flip_rows", "rse_keep_score", "s1_correct",
     ], "scores"),

@@ -32,14 +32,17 @@ __all__ = [
 ]
 
 
-def ablation_table(cell: CellLike, n_folds: int = 5, seed: int = SEED, gbt: bool = True) -> pd.DataFrame:
+def ablation_table(cell: CellLike, n_folds: int = 5, seed: int = SEED, gbt: bool = True,
+                   scaled: bool = True) -> pd.DataFrame:
     """Table 7: AUROC of the out-of-fold process score with each feature family dropped, and
     the GBT swap (Appendix H; :func:`scoring.drop_family_ablation`, :func:`scoring.process_score`).
 
     Long format: ``backbone, dataset, signal (process_score), quantity (auroc), variant (``full``,
-    ``without <family>``, ``gbt``), arm ('' for the
-    l2 logistic regression, ``gbt_classifier`` for the swap), dropped_family ('' = full score),
-    n_features, value``.
+    ``without <family>``, ``scaled logistic (ours)``, ``gbt``), arm ('' for the paper's default
+    l2 logistic regression, ``scaled_logistic`` for this project's earlier StandardScaler +
+    ``max_iter=1000`` variant (not in the paper), ``gbt_classifier`` for the swap),
+    dropped_family ('' = full score), n_features, value, not_converged_folds`` (folds whose
+    lbfgs stopped at ``max_iter``; 0 for GBT).
     """
     from threadpoolctl import threadpool_limits
 
@@ -50,14 +53,17 @@ def ablation_table(cell: CellLike, n_folds: int = 5, seed: int = SEED, gbt: bool
     # ~20x faster on a shared 2-core machine); results do not depend on the thread count.
     with threadpool_limits(limits=1):
         ab = drop_family_ablation(X, y, n_splits=n_folds, seed=seed)
-        p = process_score(X, y, model="gbt", n_splits=n_folds, seed=seed) if gbt else None
+        swaps = [(v, a, process_score(X, y, model=m, n_splits=n_folds, seed=seed))
+                 for v, a, m, on in (("scaled logistic (ours)", "scaled_logistic", "logistic_scaled", scaled),
+                                     ("gbt", "gbt_classifier", "gbt", gbt)) if on]
     base = {"backbone": cell.backbone, "dataset": cell.dataset, "signal": "process_score", "quantity": "auroc"}
     rows = [{**base, "variant": "full" if fam == "none" else f"without {fam}", "arm": "",
              "dropped_family": "" if fam == "none" else fam,
-             "n_features": int(r.n_features), "value": float(r.auroc)} for fam, r in ab.iterrows()]
-    if p is not None:
-        rows.append({**base, "variant": "gbt", "arm": "gbt_classifier", "dropped_family": "", "n_features": X.shape[1],
-                     "value": M.auroc(p.to_numpy(), y)})
+             "n_features": int(r.n_features), "value": float(r.auroc),
+             "not_converged_folds": int(r.not_converged_folds)} for fam, r in ab.iterrows()]
+    for variant, arm, p in swaps:
+        rows.append({**base, "variant": variant, "arm": arm, "dropped_family": "", "n_features": X.shape[1],
+                     "value": M.auroc(p.to_numpy(), y), "not_converged_folds": int(p.attrs["not_converged_folds"])})
     return pd.DataFrame(rows)
 
 

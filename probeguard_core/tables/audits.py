@@ -102,8 +102,9 @@ def whatif_coverage(error_rates: Sequence[float], cal_sizes: Sequence[int], alph
     (beyond the paper; §3.3, §5.3 "a stratum above alpha receives no certified region").
 
     For each target error rate, :func:`probeguard_core.simulate.whatif.unanimous_layer_table`
-    draws a MedQA-like unanimous layer of ``n_population`` questions from the release's
-    generative model; its score is ``z(kappa) + z(RSE)`` (:func:`scoring.unanimous_layer_score`).
+    draws a MedQA-like unanimous layer of ``n_population`` questions from this project's
+    simulator (``probeguard_core.simulate``, its MedQA parameters for ``backbone``), whatever
+    release the book renders; its score is ``z(kappa) + z(RSE)`` (:func:`scoring.unanimous_layer_score`).
     That layer is the population: each of ``n_draws`` calibration sets of size ``n_cal`` is
     drawn from it with replacement (``default_rng(seed)``), :func:`certify.ltt_threshold` picks
     the threshold (m = 2 certified strata, as in the paper), and coverage and risk are those of
@@ -184,8 +185,9 @@ class WhatIf:
 def whatif(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None, alpha: float = 0.15,
            error_rates: Sequence[float] = (0.05, 0.10, 0.15, 0.25), cal_sizes: Sequence[int] = (50, 100, 200, 400),
            n_population: int = 600, n_splits: int = 50, n_draws: int = 50, seed: int = SEED) -> WhatIf:
-    """The what-if chapter from any release: :func:`whatif_coverage` on layers simulated from the
-    release's generative model (the primary backbone's when the simulator has none for this one),
+    """The what-if chapter from any release: :func:`whatif_coverage` on layers simulated by this
+    project's simulator (never drawn from the release; the primary backbone's parameters when the
+    simulator has none for this one),
     beside the release's own layer certified as in §4.4 (:func:`layer_certification_means`; NaN
     and a note when :func:`tables.certification.uncertifiable`)."""
     from probeguard_core.paper import BACKBONES

@@ -37,17 +37,24 @@ __all__ = [
 
 def certification_inputs(cells: Sequence[CellLike]) -> pd.DataFrame:
     """Per-question certification scores of one or more cells (§3.3; :func:`scoring.stratum_scores`
-    over the logs, probe and NLI records of all of them together, so the unanimous-layer z-scores
-    standardize over the union within each dataset). Adds ``error``, ``a1`` (first-round
-    agreement, the certification control of §4.1) and ``cell`` (the cell's
-    ``role``: main / augment) columns."""
+    over the logs, probe and NLI records of all of them together). Adds ``error``, ``a1``
+    (first-round agreement, the certification control of §4.1) and ``cell`` (the cell's
+    ``role``: main / augment) columns.
+
+    One value per quantity (DESIGN 3, per dataset and per layer): ``score`` standardizes the
+    unanimous-layer z-scores within each cell's own layer (its role), so the main layer's
+    scores, and every certificate built on them (§4.4's plain arm, Table 8, the what-if page),
+    are the same whether or not an augmentation pool is loaded beside it.
+    ``score_augmented`` standardizes over the union of the layers of each dataset (main plus
+    augmentation pool): the score of §4.4's augmented arm, which may extend the population."""
     logs, probe, nli, role = [], [], [], []
     for c in cells:
         logs += list(c.logs)
         probe += list(c.probe or [])
         nli += list(c.nli or [])
         role += [c.role] * len(c.logs)
-    df = stratum_scores(logs, probe_records=probe, nli=nli)
+    df = stratum_scores(logs, probe_records=probe, nli=nli, layers=role)
+    df["score_augmented"] = stratum_scores(logs, probe_records=probe, nli=nli)["score"].to_numpy()
     df["error"] = ~df["correct"].to_numpy(dtype=bool)
     df["a1"] = [first_round_agreement(log) for log in logs]
     df["cell"] = role
@@ -81,7 +88,8 @@ def certification_arms(table: pd.DataFrame, full_stream_score: pd.Series | None,
     * ``stratified_ltt``: the paper's rule (S1 ``z(kappa)+z(RSE)``, S2 ``a-bar``, S3 abstains);
     * ``stratified_ltt_a1``: the certification control, first-round agreement in S1 and S2 (§4.1);
     * ``stratified_ltt_augmented``: the paper's rule with ``extra_cal`` (the n = 875 in-domain
-      augmentation, release cells of role ``augment``) added to every calibration half.
+      augmentation, release cells of role ``augment``) added to every calibration half, scored
+      by ``score_augmented`` (z over main layer plus pool) where the tables have it.
     The two paper-rule arms are left out when :func:`uncertifiable` says the release cannot score
     its unanimous layer (no probe or NLI records). Columns: ``arm`` then those of
     :func:`certify.summarize`.
@@ -102,9 +110,10 @@ def certification_arms(table: pd.DataFrame, full_stream_score: pd.Series | None,
     frames.append(C.summarize(C.repeated_splits(table["a1"].to_numpy(dtype=float), err, st, **kw))
                   .assign(arm="stratified_ltt_a1"))
     if paper_rule and extra_cal is not None and len(extra_cal) and uncertifiable(extra_cal) is None:
-        x = (extra_cal["score"].to_numpy(dtype=float), extra_cal["error"].to_numpy(dtype=bool),
+        col = "score_augmented" if "score_augmented" in table and "score_augmented" in extra_cal else "score"
+        x = (extra_cal[col].to_numpy(dtype=float), extra_cal["error"].to_numpy(dtype=bool),
              extra_cal["stratum"].to_numpy(dtype=str))
-        frames.append(C.summarize(C.repeated_splits(table["score"].to_numpy(dtype=float), err, st, extra_cal=x, **kw))
+        frames.append(C.summarize(C.repeated_splits(table[col].to_numpy(dtype=float), err, st, extra_cal=x, **kw))
                       .assign(arm="stratified_ltt_augmented"))
     out = pd.concat(frames, ignore_index=True)
     return out[["arm"] + [c for c in out.columns if c not in ("arm", "method")]]
