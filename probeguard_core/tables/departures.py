@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -132,9 +133,9 @@ def _source_of(rows: pd.DataFrame, reported: pd.DataFrame) -> list[str]:
     keys = [c for c in ("quantity", *_KEYS) if c in rows.columns]
     per_row: list[list[str]] = []
     for r in rows.to_dict("records"):
-        m = reported["value"].sub(float(r["paper"])).abs() < 1e-9
+        m = (reported["value"].sub(float(r["paper"])).abs() < 1e-9).to_numpy().copy()
         for c in keys:
-            m &= [_same(r[c], v) for v in reported[c]]
+            m &= np.array([_same(r[c], v) for v in reported[c]], dtype=bool)
         per_row.append(list(dict.fromkeys(reported.loc[m, "source"])))
     common = set(per_row[0]) if per_row else set()
     for s in per_row[1:]:
