@@ -33,18 +33,21 @@ from probeguard_core import SEED
 from probeguard_core.metrics import as_binary, as_scores
 
 __all__ = [
-    "DEFAULT_GRID",
     "DEFAULT_ALPHAS",
-    "LTTResult",
+    "DEFAULT_GRID",
     "Certificate",
+    "LTTResult",
+    "alpha_sweep",
     "binomial_pvalue",
+    "bonferroni_level",
+    "even_splits",
+    "global_ltt",
     "ltt_test",
     "ltt_threshold",
-    "stratified_certify",
     "naive_quantile_threshold",
-    "global_ltt",
     "repeated_splits",
-    "alpha_sweep",
+    "resampled_thresholds",
+    "stratified_certify",
     "summarize",
 ]
 
@@ -53,6 +56,51 @@ DEFAULT_GRID: NDArray[np.float64] = np.round(np.arange(1, 21) * 0.05, 2)
 #: Risk levels swept in §4.4 / Appendix E.
 DEFAULT_ALPHAS: tuple[float, ...] = (0.05, 0.10, 0.15, 0.20)
 _K_EPS = 1e-9  # k = ceil(c*n - 1e-9), DESIGN 3
+
+
+# =========================================================================== the three shared protocols
+def bonferroni_level(delta: float, n_grid: int, n_strata: int) -> float:
+    """The level each grid point of each certified stratum is tested at (Algorithm 2, line 7):
+    ``delta / (|grid| * m)``. The one place this Bonferroni split is written.
+
+    >>> bonferroni_level(0.05, 20, 2)
+    0.00125
+    """
+    return delta / (n_grid * n_strata)
+
+
+def even_splits(n: int, n_splits: int, seed: int = SEED) -> NDArray[np.bool_]:
+    """Calibration masks of the repeated even splits (Appendix E), shape ``(n_splits, n)``:
+    split ``j`` permutes with ``default_rng(seed + j)`` and takes the first ``n // 2`` permuted
+    questions as calibration (the rest is the test half). The one place the split is written.
+
+    >>> even_splits(5, 3, seed=0).sum(axis=1).tolist()
+    [2, 2, 2]
+    """
+    cal = np.zeros((n_splits, n), dtype=bool)
+    for j in range(n_splits):
+        perm = np.random.default_rng(seed + j).permutation(n)
+        cal[j, perm[: n // 2]] = True
+    return cal
+
+
+def resampled_thresholds(scores: ArrayLike, errors: ArrayLike, alpha: float, delta: float = 0.05,
+                         n_strata: int = 2, grid: ArrayLike | None = None) -> NDArray[np.float64]:
+    """Resampled certification: :func:`ltt_threshold` on each row of ``scores`` / ``errors``
+    (shape ``(n_draws, n_cal)``: one calibration draw per row), NaN where the draw certifies
+    nothing. The Theorem 1 audits and the what-if chapter certify their draws through it.
+
+    >>> rng = np.random.default_rng(0)
+    >>> s = rng.random((3, 400)); e = rng.random((3, 400)) < 0.02
+    >>> resampled_thresholds(s, e, alpha=0.15).shape
+    (3,)
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    e = np.asarray(errors)
+    if s.ndim != 2 or s.shape != e.shape:
+        raise ValueError(f"scores and errors must be 2-D of one shape (n_draws, n_cal), got {s.shape} and {e.shape}")
+    return np.array([np.nan if (t := ltt_threshold(s[d], e[d], alpha, delta, grid, n_strata)) is None else t
+                     for d in range(s.shape[0])], dtype=np.float64)
 
 
 # =========================================================================== validation
@@ -175,7 +223,7 @@ def ltt_test(scores: ArrayLike, errors: ArrayLike, alpha: float, delta: float = 
     delta = _check_level("delta", delta)
     g = _check_grid(grid)
     m = _check_n_strata(n_strata)
-    level = delta / (g.size * m)
+    level = bonferroni_level(delta, g.size, m)
     n = s.size
     if n == 0:
         z = np.zeros(g.size, dtype=np.int64)
@@ -221,7 +269,7 @@ def _ltt_threshold_loop(scores: ArrayLike, errors: ArrayLike, alpha: float, delt
         n_c = int(above.sum())
         E_c = int(e[above].sum())
         p = 1.0 if n_c == 0 else float(binom.cdf(E_c, n_c, alpha))
-        if p <= delta / (len(g) * m):
+        if p <= bonferroni_level(delta, len(g), m):
             return float(lam)
     return None
 
@@ -335,14 +383,7 @@ def stratified_certify(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike, 
 _METHODS = ("stratified", "global", "naive")
 
 
-def _split_masks(n: int, n_splits: int, seed: int) -> NDArray[np.bool_]:
-    """Calibration masks, shape (n_splits, n): split j permutes with default_rng(seed + j) and
-    takes the first floor(n/2) permuted questions as calibration."""
-    cal = np.zeros((n_splits, n), dtype=bool)
-    for j in range(n_splits):
-        perm = np.random.default_rng(seed + j).permutation(n)
-        cal[j, perm[: n // 2]] = True
-    return cal
+_split_masks = even_splits  # the old private name
 
 
 def _prepare(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike, method: str,
@@ -516,7 +557,7 @@ def repeated_splits(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike,
                 th[r, a] = np.nan if t is None else t
         thr["all"] = th
     else:
-        level = delta / (g.size * m)
+        level = bonferroni_level(delta, g.size, m)
         stats = [_stream_ltt(s[mk], e[mk], cal[:, mk], xs[xmk], xe[xmk], g) for _, mk, xmk in streams]
         lam = np.stack([x[0] for x in stats])            # (K, R, G)
         n_c = np.stack([x[1] for x in stats])

@@ -1,6 +1,7 @@
 """Build the book: run every notebook with papermill, then render with Jupyter Book.
 
-``python -m probeguard_core.book_build --release data/simulated-v1 --jobs 2``
+``python -m probeguard_core.book.build --release data/simulated-v1 --jobs 2``
+(the old ``python -m probeguard_core.book_build`` is the same command)
 
 1. Reads ``notebooks/registry.yml`` (the notebooks in the paper's order) and checks that it
    agrees with ``notebooks/*.md`` and ``_toc.yml``.
@@ -14,9 +15,8 @@
    into ``_build/html``, with the release's provenance banner substituted into the prose
    chapters. A failing notebook fails the build with its name and the error.
 
-The helpers :func:`repo_root` and :func:`resolve` are what every notebook uses to find the
-release and its output folder, whether it runs under papermill or interactively from
-``notebooks/`` (see ``notebooks/README.md``).
+Paths (the repository root, the release resolver) live in :mod:`probeguard_core.book.paths`;
+:func:`repo_root` and :func:`resolve` are re-exported here.
 """
 
 from __future__ import annotations
@@ -31,15 +31,16 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from probeguard_core.book.paths import BuildError, _root_from, repo_root, resolve, resolve_release  # noqa: F401
+
 __all__ = [
-    "BuildError",
     "KERNEL_THREAD_VARS",
+    "BuildError",
     "NotebookEntry",
     "NotebookResult",
     "build_book",
@@ -47,56 +48,16 @@ __all__ = [
     "execute_notebook",
     "load_registry",
     "main",
+    "read_source",
     "repo_root",
     "resolve",
+    "resolve_release",
     "run_notebooks",
 ]
 
 GENERATED = Path("book") / "_generated"
 REGISTRY = Path("notebooks") / "registry.yml"
 KERNEL = "python3"
-
-
-class BuildError(RuntimeError):
-    """The book could not be built: names the notebook (or file) and the error."""
-
-
-# --------------------------------------------------------------------------- paths
-def _is_root(p: Path) -> bool:
-    return (p / "_toc.yml").is_file() and (p / "pyproject.toml").is_file()
-
-
-@lru_cache(maxsize=None)
-def _root_from(cwd: str) -> Path:
-    env = os.environ.get("PROBEGUARD_REPO_ROOT")
-    if env:
-        p = Path(env).resolve()
-        if not _is_root(p):
-            raise BuildError(f"PROBEGUARD_REPO_ROOT={env} holds no _toc.yml and pyproject.toml")
-        return p
-    here = Path(cwd).resolve()
-    for p in (here, *here.parents):
-        if _is_root(p):
-            return p
-    pkg = Path(__file__).resolve().parent.parent
-    if _is_root(pkg):
-        return pkg
-    raise BuildError(
-        f"cannot find the repository root (a folder with _toc.yml and pyproject.toml) above {here} "
-        f"or at {pkg}; set PROBEGUARD_REPO_ROOT"
-    )
-
-
-def repo_root() -> Path:
-    """The repository root: nearest folder upward from the working directory with ``_toc.yml``
-    and ``pyproject.toml`` (``$PROBEGUARD_REPO_ROOT`` wins; else the checkout of this package)."""
-    return _root_from(os.getcwd())
-
-
-def resolve(path: str | os.PathLike[str]) -> Path:
-    """An absolute path: ``path`` as is when absolute, else relative to :func:`repo_root`."""
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else repo_root() / p
 
 
 # --------------------------------------------------------------------------- registry
@@ -209,7 +170,8 @@ class NotebookResult:
     error: str = ""
 
 
-def _read_source(path: Path) -> Any:
+def read_source(path: Path) -> Any:
+    """A jupytext source as a notebook with stable cell ids; it must have a ``parameters`` cell."""
     import jupytext
 
     nb = jupytext.read(path)
@@ -219,6 +181,9 @@ def _read_source(path: Path) -> Any:
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         raise BuildError(f"{path}: no cell tagged 'parameters'")
     return nb
+
+
+_read_source = read_source  # the old private name
 
 
 def _hide_injected(nb: Any) -> None:
@@ -283,7 +248,7 @@ def _run_papermill(source: Path, output: Path, parameters: dict[str, Any], cwd: 
     """One papermill run of a freshly read source; returns "" on success, else the error line."""
     import papermill as pm
 
-    nb = _read_source(source)
+    nb = read_source(source)
     try:
         with _kernel_env():
             pm.execute_notebook(
@@ -328,7 +293,7 @@ def execute_notebook(
         timeout_s = int(os.environ.get("PROBEGUARD_CELL_TIMEOUT", "600"))
     t0 = time.perf_counter()
     try:
-        _read_source(source)
+        read_source(source)
     except Exception as exc:  # a bad source is not worth a retry
         error = f"{type(exc).__name__}: {exc}"
     else:
@@ -372,9 +337,7 @@ def run_notebooks(
         if bad:
             raise ValueError(f"--only: unknown notebook(s) {bad}; registered: {known}")
         entries = [e for e in entries if e.name in only]
-    rel_path = Path(release) if Path(release).is_absolute() else root / release
-    if not (rel_path / "manifest.json").is_file():
-        raise ValueError(f"--release {release}: {rel_path} has no manifest.json")
+    rel_path = resolve_release(release, root)
     gen = Path(generated) if generated else root / GENERATED
     gen.mkdir(parents=True, exist_ok=True)
     tasks = []
@@ -471,7 +434,7 @@ def build_book(
     build.mkdir(exist_ok=True)
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     subs = config.setdefault("parse", {}).setdefault("myst_substitutions", {})
-    subs["provenance_banner"] = _banner_markdown(resolve(release) if not Path(release).is_absolute() else Path(release))
+    subs["provenance_banner"] = _banner_markdown(resolve(release, root))
     cfg_path = build / "_config.generated.yml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
     cmd = [

@@ -6,7 +6,7 @@
 * Points the launch buttons (Colab, Binder) of executed notebooks
   (``book/_generated/<name>.ipynb``, built, not committed) at the committed, unexecuted twin
   ``notebooks/ipynb/<name>.ipynb`` of their source ``notebooks/<name>.md``
-  (:mod:`probeguard_core.notebook_twins`): Colab cannot open a jupytext ``.md``, and the twin's
+  (:mod:`probeguard_core.book.twins`): Colab cannot open a jupytext ``.md``, and the twin's
   first cell tells the reader how to install the repository (Binder installs it from
   ``binder/requirements.txt``).
 """

@@ -2,10 +2,10 @@
 
 The jupytext MyST sources ``notebooks/<name>.md`` are the source of truth; Colab cannot open
 them, so each has a committed twin ``notebooks/ipynb/<name>.ipynb``: the same cells, converted
-by jupytext exactly as :mod:`probeguard_core.book_build` converts them (stable cell ids
+by jupytext exactly as :mod:`probeguard_core.book.build` converts them (stable cell ids
 ``cell-000``, ...), no outputs, plus a first markdown cell telling a Colab / Binder reader how
 to install the repository. The book's launch buttons point at the twins
-(:mod:`probeguard_core.sphinx_ext`).
+(:mod:`probeguard_core.book.sphinx_ext`).
 
     python -m probeguard_core.notebook_twins            # regenerate every twin
     python -m probeguard_core.notebook_twins --check    # exit 1 naming each stale twin
@@ -70,9 +70,9 @@ def twin_notebook(source: Path, root: Path) -> Any:
     the install cell first."""
     import nbformat
 
-    from probeguard_core.book_build import _read_source
+    from probeguard_core.book.build import read_source
 
-    nb = _read_source(Path(source))
+    nb = read_source(Path(source))
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = []
@@ -92,14 +92,14 @@ def twin_text(source: Path, root: Path) -> str:
 
 
 def _sources(root: Path) -> list[Path]:
-    from probeguard_core.book_build import load_registry
+    from probeguard_core.book.build import load_registry
 
     return [root / e.source for e in load_registry(root)]
 
 
 def stale_twins(root: Path | None = None) -> list[str]:
     """Twins that are missing, differ from their source, or have no registered source."""
-    from probeguard_core.book_build import repo_root
+    from probeguard_core.book.paths import repo_root
 
     root = root or repo_root()
     problems = []
@@ -119,7 +119,7 @@ def stale_twins(root: Path | None = None) -> list[str]:
 
 def sync_twins(root: Path | None = None) -> list[Path]:
     """Write every twin (only those whose text changed); remove twins without a source."""
-    from probeguard_core.book_build import repo_root
+    from probeguard_core.book.paths import repo_root
 
     root = root or repo_root()
     (root / TWINS).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,78 @@
+"""One set-up call per notebook page: :func:`open_page`.
+
+A notebook's only set-up cell is ``page = open_page(globals())`` (hidden input). It resolves
+the release and the output folder through :mod:`probeguard_core.book.paths` (the one release
+resolver), loads the release, shows the provenance banner first and, under it, the parameters
+the page was actually run with (papermill's injected values, not the defaults of the
+parameters cell, which the book hides), with repository-relative paths only.
+
+>>> from probeguard_core.book.page import effective_parameters
+>>> effective_parameters({"release": "data/simulated-v1", "alpha": 0.15, "In": [], "_": 1, "f": print})
+{'release': 'data/simulated-v1', 'alpha': 0.15}
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from probeguard_core.book.nbtools import Outputs, provenance_banner
+from probeguard_core.book.paths import repo_relative, resolve, resolve_release
+
+__all__ = ["Page", "effective_parameters", "open_page", "parameters_html"]
+
+#: IPython's own globals, never a page parameter.
+_IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
+_SIMPLE = (str, int, float, bool, type(None), list, tuple, dict)
+
+
+def effective_parameters(namespace: Mapping[str, Any]) -> dict[str, Any]:
+    """The page's parameters as run: the simple-valued public names of ``namespace`` (a
+    notebook's globals when its set-up cell runs, i.e. its parameters cell plus the values
+    papermill injected), in definition order."""
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and k not in _IPYTHON_NAMES and isinstance(v, _SIMPLE)}
+
+
+def parameters_html(params: Mapping[str, Any]) -> str:
+    """The parameters as a small folded block under the banner (paths repository-relative)."""
+    shown = {k: repo_relative(v) if k in ("release", "output_dir") and isinstance(v, str) else v
+             for k, v in params.items()}
+    items = "".join(f"<code>{html.escape(k)} = {html.escape(repr(v))}</code> " for k, v in shown.items())
+    return (f'<details class="probeguard-parameters"><summary>Parameters of this run</summary>'
+            f"<p>{items.strip()}</p></details>")
+
+
+@dataclass
+class Page:
+    """What a page's cells use: the loaded ``release``, its writer ``out`` and its parameters."""
+
+    release: Any
+    out: Outputs
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def _repr_html_(self) -> str:
+        return provenance_banner(self.release).data + parameters_html(self.params)
+
+
+def open_page(namespace: Mapping[str, Any] | None = None, *, release: str | os.PathLike[str] | None = None,
+              output_dir: str | os.PathLike[str] | None = None) -> Page:
+    """Load the page's release and output folder; the returned :class:`Page` renders as the
+    provenance banner followed by the parameters of this run (make it the cell's last line).
+
+    ``namespace`` is the notebook's ``globals()``: ``release`` and ``output_dir`` are read from
+    it unless given."""
+    params = effective_parameters(namespace or {})
+    release = release if release is not None else params.get("release")
+    output_dir = output_dir if output_dir is not None else params.get("output_dir")
+    if release is None or output_dir is None:
+        raise ValueError("open_page needs a release and an output_dir (the notebook's parameters)")
+    from probeguard_core.release import load_release
+
+    rel = load_release(resolve_release(release))
+    return Page(rel, Outputs(resolve(output_dir)), {**params, "release": str(release),
+                                                     "output_dir": str(Path(output_dir))})

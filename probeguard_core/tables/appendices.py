@@ -1,0 +1,199 @@
+"""Appendix tables: the feature-family ablation (Table 7, Appendix H), the cost of the probe
+(Appendix J) and the concluding-claim rule walked through on real rationales (Appendix C).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from probeguard_core import SEED
+from probeguard_core import metrics as M
+from probeguard_core.claims import CUES, MAX_CLAIMS, TAIL, extract_claims, split_sentences, strip_answer_tags
+from probeguard_core.features import (
+    feature_table,
+    is_correct,
+    stratum,
+)
+from probeguard_core.scoring import (
+    drop_family_ablation,
+    process_score,
+)
+from probeguard_core.tables.protocols import CellLike
+
+__all__ = [
+    "ablation_table", "claim_examples", "claim_rule_summary", "cost_table", "explain_claims",
+]
+
+
+def ablation_table(cell: CellLike, n_folds: int = 5, seed: int = SEED, gbt: bool = True) -> pd.DataFrame:
+    """Table 7: AUROC of the out-of-fold process score with each feature family dropped, and
+    the GBT swap (Appendix H; :func:`scoring.drop_family_ablation`, :func:`scoring.process_score`).
+
+    Long format: ``backbone, dataset, signal (process_score), quantity (auroc), variant (``full``,
+    ``without <family>``, ``gbt``), arm ('' for the
+    l2 logistic regression, ``gbt_classifier`` for the swap), dropped_family ('' = full score),
+    n_features, value``.
+    """
+    from threadpoolctl import threadpool_limits
+
+    logs = cell.logs
+    X = feature_table(logs, nli=cell.nli)
+    y = np.array([is_correct(log) for log in logs], dtype=bool)
+    # Many small fits: BLAS / OpenMP thread pools only add contention here (one thread is
+    # ~20x faster on a shared 2-core machine); results do not depend on the thread count.
+    with threadpool_limits(limits=1):
+        ab = drop_family_ablation(X, y, n_splits=n_folds, seed=seed)
+        p = process_score(X, y, model="gbt", n_splits=n_folds, seed=seed) if gbt else None
+    base = {"backbone": cell.backbone, "dataset": cell.dataset, "signal": "process_score", "quantity": "auroc"}
+    rows = [{**base, "variant": "full" if fam == "none" else f"without {fam}", "arm": "",
+             "dropped_family": "" if fam == "none" else fam,
+             "n_features": int(r.n_features), "value": float(r.auroc)} for fam, r in ab.iterrows()]
+    if p is not None:
+        rows.append({**base, "variant": "gbt", "arm": "gbt_classifier", "dropped_family": "", "n_features": X.shape[1],
+                     "value": M.auroc(p.to_numpy(), y)})
+    return pd.DataFrame(rows)
+
+
+def cost_table(cells: Iterable[CellLike], arm: str = "counter_evidence") -> pd.DataFrame:
+    """Appendix J: median cost per question of the substrate and of the probe, per cell.
+
+    From the release's ``cost`` fields (DESIGN 2.1 / 2.2): medians of ``wall_s`` and
+    ``completion_tokens`` over the substrate logs, and over the ``arm`` probe records (the
+    probe fires on S1 only).  ``probe_share_wall`` = total probe wall time / (probe + substrate
+    wall time) over the probed questions (the probe's share of a unanimous question's cost);
+    ``probe_to_substrate_ratio`` = ratio of the two medians.  Long format ``backbone, dataset,
+    quantity, stratum, value, n`` (``n`` = records with a cost; records without one are counted
+    in ``n_missing``, never imputed).
+    """
+    rows: list[dict[str, Any]] = []
+    for cell in cells:
+        logs = cell.logs
+        sub = {log.qid: log.cost for log in logs}
+        sub_ok = [c for c in sub.values() if c is not None]
+        recs = cell.probe_by_arm(arm)
+        pr = {r.qid: r.cost for r in recs}
+        pr_ok = [c for c in pr.values() if c is not None]
+        base = {"backbone": cell.backbone, "dataset": cell.dataset}
+
+        def add(quantity: str, value: float, n: int, n_missing: int, stratum_: str = "") -> None:
+            unit = ("seconds" if "wall_s" in quantity else "tokens" if "tokens" in quantity
+                    else "ratio" if quantity.endswith("ratio") else "fraction")
+            rows.append({**base, "quantity": quantity, "stratum": stratum_, "value": value, "n": n,
+                         "n_missing": n_missing, "unit": unit})
+
+        med = lambda xs: float(np.median(xs)) if len(xs) else math.nan
+        add("substrate_wall_s", med([c.wall_s for c in sub_ok]), len(sub_ok), len(sub) - len(sub_ok))
+        add("substrate_completion_tokens_median", med([c.completion_tokens for c in sub_ok]), len(sub_ok),
+            len(sub) - len(sub_ok))
+        add("probe_wall_s_median", med([c.wall_s for c in pr_ok]), len(pr_ok), len(pr) - len(pr_ok), "S1")
+        add("probe_completion_tokens_median", med([c.completion_tokens for c in pr_ok]), len(pr_ok),
+            len(pr) - len(pr_ok), "S1")
+        both = [q for q in sorted(pr) if pr[q] is not None and sub.get(q) is not None]
+        pw = sum(pr[q].wall_s for q in both)
+        sw = sum(sub[q].wall_s for q in both)
+        add("probe_share_wall", pw / (pw + sw) if (pw + sw) > 0 else math.nan, len(both), len(pr) - len(both), "S1")
+        add("probe_to_substrate_ratio", med([c.wall_s for c in pr_ok]) / med([c.wall_s for c in sub_ok])
+            if sub_ok and pr_ok else math.nan, len(pr_ok), 0, "S1")
+        n1 = sum(stratum(log) == "S1" for log in logs)
+        add("unanimous_share", n1 / len(logs) if logs else math.nan, len(logs), 0, "S1")
+    return pd.DataFrame(rows)
+
+
+def explain_claims(rationale: str) -> pd.DataFrame:
+    """Appendix C walked through on one rationale, for display.
+
+    One row per sentence after :func:`claims.strip_answer_tags` and :func:`claims.split_sentences`:
+    ``position`` (1-based), ``sentence``, ``in_tail`` (among the last :data:`claims.TAIL`),
+    ``cues`` (the :data:`claims.CUES` it contains, case-insensitive substrings) and ``kept``
+    (it is one of :func:`claims.extract_claims`'s claims; the rule itself is only ever applied
+    by ``extract_claims``).  Empty frame for an empty rationale.
+    """
+    sentences = split_sentences(strip_answer_tags(rationale))
+    kept = extract_claims(rationale)
+    n = len(sentences)
+    # place the claims on the sentences: a suffix-first subsequence match within the tail
+    marks = [False] * n
+    j = len(kept) - 1
+    for i in range(n - 1, max(n - TAIL, 0) - 1, -1):
+        if j >= 0 and sentences[i] == kept[j]:
+            marks[i] = True
+            j -= 1
+    if j >= 0:
+        raise ValueError(f"explain_claims: extract_claims returned {kept!r}, not found among the last {TAIL} sentences")
+    rows = [{"position": i + 1, "sentence": s, "in_tail": i >= n - TAIL,
+             "cues": ", ".join(c for c in CUES if c in s.lower()), "kept": marks[i]} for i, s in enumerate(sentences)]
+    out = pd.DataFrame(rows, columns=["position", "sentence", "in_tail", "cues", "kept"])
+    return out
+
+
+def _case_of(rationale: str) -> str:
+    """Which branch of the Appendix C rule a rationale takes (display only; the claims
+    themselves always come from :func:`claims.extract_claims`)."""
+    sentences = split_sentences(strip_answer_tags(rationale))
+    if not sentences:
+        return "empty rationale"
+    n_cued = sum(any(c in t.lower() for c in CUES) for t in sentences[-TAIL:])
+    if n_cued == 0:
+        return "no cue: last sentence"
+    if n_cued > MAX_CLAIMS:
+        return "more than three cued: last three"
+    return "one to three cued"
+
+
+def claim_examples(cell: CellLike, per_case: int = 1) -> pd.DataFrame:
+    """Real rationales of the release that exercise each branch of the Appendix C rule.
+
+    Round-1 rationales of the cell in (qid, candidate) order; for each branch (``one to three
+    cued``, ``more than three cued: last three``, ``no cue: last sentence``, ``empty
+    rationale``) the first ``per_case`` rationales that take it, plus the first one whose
+    ``<answer>`` tag was stripped.  Columns ``case, qid, candidate, rationale, claims``.
+    """
+    want = ("one to three cued", "more than three cued: last three", "no cue: last sentence", "empty rationale")
+    found: dict[str, list[dict[str, Any]]] = {w: [] for w in want}
+    for log in sorted(cell.logs, key=lambda lg: lg.qid):
+        for i, cand in enumerate(log.rounds[0].candidates):
+            case = _case_of(cand.rationale)
+            if len(found[case]) < per_case:
+                found[case].append({"case": case, "qid": log.qid, "candidate": i + 1, "rationale": cand.rationale,
+                                    "claims": " | ".join(extract_claims(cand.rationale))})
+        if all(len(v) >= per_case for v in found.values()):
+            break
+    return pd.DataFrame([r for w in want for r in found[w]], columns=["case", "qid", "candidate", "rationale", "claims"])
+
+
+def claim_rule_summary(cell: CellLike) -> pd.DataFrame:
+    """How the Appendix C rule behaves over all round-1 rationales of a cell, and whether the
+    release's NLI cache used it (DESIGN 2.4: each claim string = the candidate's extracted
+    claims joined by a space).  Rows ``quantity, value, n``."""
+    branch: list[str] = []
+    n_claims: list[int] = []
+    for log in cell.logs:
+        for cand in log.rounds[0].candidates:
+            branch.append(_case_of(cand.rationale))
+            n_claims.append(len(extract_claims(cand.rationale)))
+    b = pd.Series(branch)
+    rows = [{"quantity": "rationales", "value": float(len(b)), "n": len(b)}]
+    for w in ("one to three cued", "more than three cued: last three", "no cue: last sentence", "empty rationale"):
+        rows.append({"quantity": f"share: {w}", "value": float((b == w).mean()) if len(b) else math.nan, "n": len(b)})
+    nc = pd.Series(n_claims)
+    for k in range(4):
+        rows.append({"quantity": f"share with {k} claims", "value": float((nc == k).mean()) if len(nc) else math.nan,
+                     "n": len(nc)})
+    if cell.nli:
+        logs = {log.qid: log for log in cell.logs}
+        match = total = 0
+        for r in cell.nli:
+            if r.round != 1 or r.qid not in logs:
+                continue
+            cands = logs[r.qid].rounds[0].candidates
+            for idx, claim in zip(r.candidates, r.claims):
+                total += 1
+                match += claim == " ".join(extract_claims(cands[idx].rationale))
+        rows.append({"quantity": "NLI cache claims reproduced by extract_claims",
+                     "value": match / total if total else math.nan, "n": total})
+    return pd.DataFrame(rows)

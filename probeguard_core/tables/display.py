@@ -1,0 +1,288 @@
+"""Display: tables and notes for reading, in the book's style (CSS classes of
+``book/_static/custom.css``).
+
+Display only: these format a table for reading (strings, labels, CSS classes). They never change
+what a notebook writes with ``Outputs.table``. :func:`wide_beside` and :func:`long_beside` show
+a :func:`paper.beside_paper` frame as ours | paper | Δ; :func:`styled` any table of ours;
+:func:`note`, :func:`placeholder_figure` and :func:`empty_table` stand in for what a release lacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from probeguard_core.paper import UNITS, display_label, format_beside
+from probeguard_core.tables.protocols import CellLike
+
+__all__ = [
+    "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "TABLE_CLASS", "absent_note",
+    "empty_table", "long_beside", "note", "placeholder_figure", "styled", "wide_beside",
+]
+
+
+#: CSS class of every table these helpers render; ``probeguard-beside`` marks ours | paper | Δ tables.
+TABLE_CLASS = "probeguard-table"
+
+
+BESIDE_CLASS = "probeguard-beside"
+
+
+#: The sub-columns of each number beside the paper, and the frame columns they come from.
+BESIDE_SUBCOLUMNS: tuple[str, ...] = ("ours", "paper", "Δ")
+
+
+_SUB_CLASS = {"ours": "pg-ours", "paper": "pg-paper", "Δ": "pg-diff"}
+
+
+#: Columns whose values :func:`styled` shows as labels (:func:`paper.display_label`).
+_KEY_LABELLED: frozenset[str] = frozenset({"backbone", "dataset", "signal", "arm", "quantity", "alpha"})
+
+
+#: How the notes name each artifact of a cell (DESIGN 2.1-2.4).
+ARTIFACT_NAMES: dict[str, str] = {"logs": "execution logs", "probe": "probe records", "nli": "NLI records",
+                                  "self_report": "self-reports"}
+
+
+def note(text: str, title: str = "Not in this release") -> Any:
+    """A visible note (an admonition in the book) that replaces a table or figure whose inputs
+    the release does not have, e.g. ``note("this release has no probe records for X; Table 6
+    needs them")``."""
+    import html
+
+    from IPython.display import HTML
+
+    text = text[:1].upper() + text[1:]
+    return HTML(f'<div class="admonition note probeguard-missing"><p class="admonition-title">{html.escape(title)}</p>'
+                f"<p>{html.escape(text)}</p></div>")
+
+
+def placeholder_figure(text: str, figsize: tuple[float, float] = (6.0, 2.2)) -> Any:
+    """A matplotlib figure that only says why the real one is absent (so its PNG/SVG exist)."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.axis("off")
+    ax.text(0.5, 0.5, "\n".join(textwrap.wrap(text, 70)), ha="center", va="center", fontsize=10,
+            transform=ax.transAxes, color="dimgray")
+    return fig
+
+
+def empty_table(columns: Sequence[str], numeric: Sequence[str] = ("value",)) -> pd.DataFrame:
+    """An empty table with the given columns (``numeric`` ones float, the rest object), written in
+    place of a table whose inputs the release lacks."""
+    return pd.DataFrame({c: pd.Series(dtype=float if c in numeric else object) for c in columns})
+
+
+def absent_note(cells: Sequence[CellLike], needs: Mapping[str, str]) -> Any:
+    """One visible :func:`note` listing, for each artifact kind of ``needs`` (``{"probe": "Table 6"}``),
+    the cells of the release without it and what it is needed for; ``None`` when nothing is absent."""
+    lines = []
+    for kind, what in needs.items():
+        lack = [c.label for c in cells if not c.has(kind)]
+        if lack:
+            lines.append(f"this release has no {ARTIFACT_NAMES.get(kind, kind)} for {', '.join(lack)} (needed for {what})")
+    return note(". ".join(s[0].upper() + s[1:] for s in lines) + ".") if lines else None
+
+
+def _quantity_units() -> dict[str, str]:
+    from probeguard_core.paper import load_reported
+
+    rep = load_reported()
+    return {str(q): str(u) for q, u in rep.groupby("quantity")["unit"].first().items()}
+
+
+def _display_units(df: pd.DataFrame) -> pd.Series:
+    """The unit each row is formatted with: its ``unit`` column, else the paper's unit of its
+    ``quantity`` (:func:`paper.unit_of`), else '' (plain decimals)."""
+    units = df["unit"].fillna("").astype(str) if "unit" in df.columns else pd.Series("", index=df.index, dtype=object)
+    if "quantity" in df.columns:
+        known = _quantity_units()
+        units = units.where(units != "", df["quantity"].map(lambda q: known.get(str(q), "")))
+    return units
+
+
+def _plain(x: Any, integral: bool, decimals: int) -> str:
+    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x)}"
+    if isinstance(x, (float, np.floating)):
+        return f"{x:.0f}" if integral else f"{x:.{decimals}f}"
+    return str(x)
+
+
+def _format_column(col: pd.Series, unit: str | None, decimals: int, pct_decimals: int) -> list[str]:
+    """One column as strings: ``unit`` given: as :func:`paper.format_beside` formats that unit;
+    else counts as integers (a float column whose values are all whole numbers), other floats
+    with ``decimals``, booleans as yes / no, missing as '–'."""
+    if unit in UNITS:
+        return format_beside(pd.DataFrame({"value": col}), unit=unit, decimals=decimals,
+                             pct_decimals=pct_decimals)["value"].tolist()
+    integral = False
+    if pd.api.types.is_float_dtype(col) and col.notna().any():
+        vals = col.dropna().to_numpy(dtype=float)
+        integral = bool(np.all(np.isfinite(vals)) and np.all(np.mod(vals, 1) == 0))
+    return [_plain(x, integral, decimals) for x in col]
+
+
+def _uuid(frame: pd.DataFrame) -> str:
+    """A table id derived from its content, so the executed notebook's HTML is reproducible."""
+    return "pg" + hashlib.sha1(frame.to_csv().encode("utf-8")).hexdigest()[:10]
+
+
+def _style(frame: pd.DataFrame, classes: pd.DataFrame | None, extra_class: str = "", hide_index: bool = False) -> Any:
+    sty = frame.style
+    sty.set_uuid(_uuid(frame))
+    sty.set_table_attributes(f'class="{" ".join(filter(None, (TABLE_CLASS, extra_class)))}"')
+    if classes is not None:
+        sty.set_td_classes(classes)
+    if hide_index:
+        sty.hide(axis="index")
+    else:
+        sty.hide(axis="index", names=True)
+    return sty
+
+
+def _nested_order(keys: pd.DataFrame, cols: list[str]) -> list[tuple[Any, ...]]:
+    """The distinct key tuples of ``cols``, ordered level by level by first appearance (so that
+    equal outer labels sit together and their headers merge)."""
+    rank = {c: {v: i for i, v in enumerate(dict.fromkeys(keys[c]))} for c in cols}
+    distinct = dict.fromkeys(tuple(r) for r in keys[cols].itertuples(index=False))
+    return sorted(distinct, key=lambda t: tuple(rank[c][v] for c, v in zip(cols, t)))
+
+
+def wide_beside(df: pd.DataFrame, index: Sequence[str], columns: Sequence[str], value_col: str = "value", *,
+                decimals: int = 3, pct_decimals: int = 1) -> Any:
+    """A :func:`paper.beside_paper` frame as a wide table for reading: rows ``index``, column
+    groups ``columns``, and under each group three sub-columns ``ours | paper | Δ``.
+
+    Numbers are formatted by their unit (the ``unit`` column, else the paper's unit of the
+    row's ``quantity``): AUROC / AURC with ``decimals`` decimals, fractions as percentages with
+    differences in percentage points, counts as integers, missing as '–' (also where the paper
+    reports nothing). Key values read as labels (:func:`paper.display_label`). Returns a pandas
+    ``Styler`` whose table has the CSS classes ``probeguard-table probeguard-beside`` and whose
+    cells are ``pg-ours`` / ``pg-paper`` / ``pg-diff``. For display only: the CSVs stay long.
+    Raises ``ValueError`` when two rows share the same ``index`` + ``columns`` keys (a cell
+    would silently hide one of them).
+    """
+    index, columns = list(index), list(columns)
+    if not columns:
+        raise ValueError("wide_beside: columns must name at least one column")
+    for c in (*index, *columns, value_col, "paper", "diff"):
+        if c not in df.columns:
+            raise ValueError(f"wide_beside: {c!r} is not a column of the table: {list(df.columns)}")
+    dup = df.duplicated(index + columns, keep=False)
+    if dup.any():
+        raise ValueError(f"wide_beside: {int(dup.sum())} rows share their {index + columns} keys, e.g. "
+                         f"{df.loc[dup, index + columns].head(2).to_dict('records')}; select them apart first")
+    if df.empty:  # a release without these inputs: an empty table with the header, beside its note
+        return _style(pd.DataFrame(columns=[*index, *columns, *BESIDE_SUBCOLUMNS]), None, BESIDE_CLASS, hide_index=True)
+    shown = format_beside(df.assign(unit=_display_units(df)), value_col, decimals=decimals, pct_decimals=pct_decimals)
+    keys = pd.DataFrame({c: [display_label(c, v) for v in df[c]] for c in index + columns}, index=df.index)
+    src = {"ours": value_col, "paper": "paper", "Δ": "diff"}
+    cells = pd.concat([keys, shown[[value_col, "paper", "diff"]].rename(columns={value_col: "_ours"})], axis=1)
+    groups = _nested_order(keys, columns)
+    rows = _nested_order(keys, index) if index else [()]
+    lookup = {(tuple(r[:len(index)]), tuple(r[len(index):len(index) + len(columns)])): r[len(index) + len(columns):]
+              for r in cells.itertuples(index=False)}
+    data: dict[tuple[Any, ...], list[str]] = {}
+    for g in groups:
+        for sub in BESIDE_SUBCOLUMNS:
+            pos = ("_ours", "paper", "diff").index(src[sub] if sub != "ours" else "_ours")
+            data[(*g, sub)] = [lookup[(r, g)][pos] if (r, g) in lookup else "–" for r in rows]
+    row_index = (pd.MultiIndex.from_tuples(rows, names=index) if len(index) > 1
+                 else pd.Index([r[0] for r in rows], name=index[0]) if index else pd.RangeIndex(1))
+    wide = pd.DataFrame(data, index=row_index)
+    wide.columns = pd.MultiIndex.from_tuples(list(data), names=[None] * (len(columns) + 1))
+    classes = pd.DataFrame([[_SUB_CLASS[c[-1]] for c in wide.columns]] * len(wide), index=wide.index, columns=wide.columns)
+    sty = _style(wide, classes, BESIDE_CLASS, hide_index=not index)
+    sty.map_index(lambda v: "" if v == "ours" else "opacity: 0.65; font-weight: normal;", axis="columns",
+                  level=len(columns))
+    return sty
+
+
+def long_beside(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = (), value_col: str = "value", *,
+                extra_units: Mapping[str, str] | None = None, decimals: int = 3, pct_decimals: int = 1) -> Any:
+    """A :func:`paper.beside_paper` frame as a long table for reading: the ``keys`` columns
+    (as labels), then ``ours | paper | Δ`` formatted by unit (as :func:`wide_beside`), then the
+    ``extra`` columns (``extra_units`` names the unit of any of them, e.g. ``{"ci_low":
+    "fraction"}``; otherwise counts as integers, other numbers with ``decimals``). Returns a
+    ``Styler`` (classes as :func:`wide_beside`); for display only."""
+    keys, extra = list(keys), list(extra)
+    for c in (*keys, *extra, value_col, "paper", "diff"):
+        if c not in df.columns:
+            raise ValueError(f"long_beside: {c!r} is not a column of the table: {list(df.columns)}")
+    units = extra_units or {}
+    shown = format_beside(df.assign(unit=_display_units(df)), value_col, decimals=decimals, pct_decimals=pct_decimals)
+    out = pd.DataFrame({c: [display_label(c, v) for v in df[c]] for c in keys}, index=df.index)
+    out["ours"], out["paper"], out["Δ"] = shown[value_col], shown["paper"], shown["diff"]
+    for c in extra:
+        out[c] = _format_column(df[c], units.get(c), decimals, pct_decimals)
+    out = out.reset_index(drop=True)
+    cls = {**{c: "pg-key" for c in keys}, **{s: _SUB_CLASS[s] for s in BESIDE_SUBCOLUMNS}, **{c: "pg-extra" for c in extra}}
+    classes = pd.DataFrame([[cls[c] for c in out.columns]] * len(out), columns=out.columns)
+    sty = _style(out, classes, BESIDE_CLASS, hide_index=True)
+    sty.map_index(lambda v: "opacity: 0.65; font-weight: normal;" if v in ("paper", "Δ") else "", axis="columns")
+    return sty
+
+
+def styled(df: pd.DataFrame, *, units: str | Mapping[str, str] | None = None,
+           row_units: Sequence[str] | pd.Series | None = None, labels: bool = True, index: bool = True,
+           decimals: int = 3, pct_decimals: int = 1) -> Any:
+    """Any table of ours for reading, in the book's table style (class ``probeguard-table``).
+
+    ``units`` names the unit of columns to format by unit (a mapping such as
+    ``{"coverage_mean": "fraction"}`` shows percentages; a single unit applies to every non-key
+    column); ``row_units`` gives one unit per row for the ``value`` column of a long table with
+    mixed quantities. Other float columns whose values are all whole numbers show as integers,
+    other numbers with ``decimals``; booleans as yes / no; missing as '–'. Key columns and index
+    levels (backbone, dataset, signal, arm, quantity, alpha) read as labels when ``labels``.
+    Returns a ``Styler``; for display only."""
+    if row_units is not None and len(row_units) != len(df):
+        raise ValueError(f"styled: row_units has {len(row_units)} entries for {len(df)} rows")
+    if row_units is not None and "value" not in df.columns:
+        raise ValueError("styled: row_units needs a 'value' column")
+
+    def unit_of_column(c: Any) -> str | None:
+        if isinstance(units, str):
+            return units
+        return (units or {}).get(c) if isinstance(c, str) else None
+
+    cols: dict[int, list[str]] = {}
+    for i, c in enumerate(df.columns):
+        col = df.iloc[:, i]
+        if labels and c in _KEY_LABELLED:
+            cols[i] = [display_label(c, v) for v in col]
+        elif c == "value" and row_units is not None:
+            cols[i] = [_format_column(pd.Series([v]), u or None, decimals, pct_decimals)[0] for v, u in zip(col, row_units)]
+        else:
+            cols[i] = _format_column(col, unit_of_column(c), decimals, pct_decimals)
+    out = pd.DataFrame(cols, index=df.index)
+    out.columns = df.columns
+    if labels and index:
+        names = list(df.index.names)
+        if isinstance(df.index, pd.MultiIndex):
+            out.index = pd.MultiIndex.from_tuples(
+                [tuple(display_label(n, v) if n in _KEY_LABELLED else v for n, v in zip(names, t)) for t in df.index],
+                names=names)
+        elif names[0] in _KEY_LABELLED:
+            out.index = pd.Index([display_label(names[0], v) for v in df.index], name=names[0])
+    if labels and isinstance(df.columns, pd.Index) and not isinstance(df.columns, pd.MultiIndex) \
+            and df.columns.name in _KEY_LABELLED:
+        out.columns = pd.Index([display_label(df.columns.name, v) for v in df.columns], name=df.columns.name)
+    sty = out.style
+    sty.set_uuid(_uuid(out))
+    sty.set_table_attributes(f'class="{TABLE_CLASS}"')
+    if not index:
+        sty.hide(axis="index")
+    return sty
