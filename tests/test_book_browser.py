@@ -38,7 +38,7 @@ import pytest
 import yaml
 from book_fixtures import REPO, book_copy, small_release
 
-from probeguard_core import book_build as bb
+from probeguard_core.book import build as bb
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -4,6 +4,9 @@
   box linking the CSV tables, SVG/PNG figures and ``results.json`` its notebook wrote to
   ``book/_generated/<name>/``; after the build those files are copied next to the page
   (``<outdir>/book/_generated/<name>/``), so every link resolves in the HTML build, offline.
+* **Icon fonts offline.** Chromium refuses fonts that a ``file://`` page loads from a file (the
+  CORS rule for ``file://``), so the theme's Font Awesome ``@font-face`` fonts are inlined into its
+  stylesheet as ``data:`` URIs after the build: the book works from a folder or a zip.
 * **Departures link.** The provenance banner of every page links the page "This release
   beside the paper" (``book/_generated/departures``) when the build has it.
 
@@ -12,7 +15,9 @@ Nothing here loads anything from outside the build.
 
 from __future__ import annotations
 
+import base64
 import html
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -88,7 +93,40 @@ def _copy_downloads(app: Any, exc: Exception | None) -> None:
             shutil.copy2(p, dest / p.name)
 
 
+_FONT_URL = re.compile(r"url\((?:\.\./webfonts/)([\w.-]+\.woff2)\)")
+
+
+def inline_fonts(css: Path) -> int:
+    """Replace the ``url(../webfonts/<name>.woff2)`` of a Font Awesome stylesheet by ``data:``
+    URIs (the fonts next to it); return how many were inlined. A font file that is missing is
+    left as a link (and the browser test reports the failed request)."""
+    text = css.read_text(encoding="utf-8")
+    fonts = css.parent.parent / "webfonts"
+    count = 0
+
+    def data_uri(m: re.Match[str]) -> str:
+        nonlocal count
+        font = fonts / m.group(1)
+        if not font.is_file():
+            return m.group(0)
+        count += 1
+        return f"url(data:font/woff2;base64,{base64.b64encode(font.read_bytes()).decode('ascii')})"
+
+    new = _FONT_URL.sub(data_uri, text)
+    if new != text:
+        css.write_text(new, encoding="utf-8")
+    return count
+
+
+def _inline_theme_fonts(app: Any, exc: Exception | None) -> None:
+    if exc is not None or app.builder.format != "html":
+        return
+    for css in sorted((Path(app.outdir) / "_static" / "vendor").glob("fontawesome/*/css/*.css")):
+        inline_fonts(css)
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("html-page-context", _page_context, priority=950)
     app.connect("build-finished", _copy_downloads)
+    app.connect("build-finished", _inline_theme_fonts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

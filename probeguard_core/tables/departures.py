@@ -9,7 +9,7 @@ number of its own:
   found in ``data/paper/reported.csv`` (the one source whose cell at those keys holds that value);
 * a certification summary (``certification_methods.csv``, ``other_backbones.csv``,
   ``pooled.csv``: ``coverage_mean``, ``risk_mean`` ... per arm, stratum and alpha) is put in the
-  paper's long keys with :func:`probeguard_core.analysis.certification_long` and set beside §4.4
+  paper's long keys with :func:`probeguard_core.tables.certification.certification_long` and set beside §4.4
   exactly as its notebook does (the pooled stream of MedQA + MMLU-Pro med: ``dataset = pooled``,
   which the paper certifies nothing on, at any alpha).
 
@@ -147,8 +147,8 @@ def _source_of(rows: pd.DataFrame, reported: pd.DataFrame) -> list[str]:
 
 def _certification_rows(df: pd.DataFrame, csv: Path, results: Mapping[str, Any]) -> pd.DataFrame:
     """A certification summary beside §4.4, as the certification notebook sets it."""
-    from probeguard_core import analysis
     from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.certification import certification_long
 
     backbone, dataset = results.get("backbone"), results.get("dataset")
     pooled = csv.stem == "pooled"
@@ -159,7 +159,7 @@ def _certification_rows(df: pd.DataFrame, csv: Path, results: Mapping[str, Any])
             raise ValueError(f"{csv}: a certification summary needs its backbone and dataset "
                              f"(columns, or 'backbone' / 'dataset' in the notebook's results.json)")
         g = g.drop(columns=[c for c in ("backbone", "dataset") if c in g.columns])
-        long = analysis.certification_long(g).assign(backbone=bb, dataset="pooled" if pooled else dataset)
+        long = certification_long(g).assign(backbone=bb, dataset="pooled" if pooled else dataset)
         on = ["dataset", "arm", "stratum", "quantity"] + ([] if pooled else ["alpha"])
         parts.append(beside_paper(long, on=on, source="§4.4", backbone=bb, dataset="pooled" if pooled else dataset)
                      .assign(source="§4.4"))
@@ -271,17 +271,17 @@ def departures(generated: str | Path, names: Sequence[str], *, simulated: bool,
 
 def display(d: Departures, role: str | None = None, top: int | None = None) -> Any:
     """The rows (of one ``role``; the ``top`` first) as an ours | paper | Δ table for reading."""
-    from probeguard_core import analysis
+    from probeguard_core.tables.display import long_beside
 
     rows = d.rows if role is None else d.rows[d.rows["role"] == role]
     if top is not None:
         rows = rows.head(top)
     shown = rows.assign(where=rows["source"], departure_shown=[
         f"{x:.3f}" if s == "absolute" else f"{100 * x:.0f}% rel." for x, s in zip(rows["departure"], rows["scale"])])
-    shown = shown.rename(columns={"what": "number"})
-    return analysis.long_beside(shown.reset_index(drop=True), keys=["number", "where"],
-                                extra=["departure_shown", "role"]).relabel_index(
-        ["number", "in the paper", "ours", "paper", "Δ", "departs by", "role"], axis="columns")
+    shown = shown.rename(columns={"what": "number"}).assign(table=[f.split("/")[-1] for f in rows["file"]])
+    return long_beside(shown.reset_index(drop=True), keys=["number", "where"],
+                       extra=["departure_shown", "role", "table"]).relabel_index(
+        ["number", "in the paper", "ours", "paper", "Δ", "departs by", "role", "our table"], axis="columns")
 
 
 def caveats(release: str | Path) -> str:
