@@ -63,7 +63,7 @@ def book_copy(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("_config.yml", "_toc.yml", "pyproject.toml"):
         shutil.copy2(REPO / name, dest / name)
-    for folder, pattern in (("book", "*.md"), ("book/_static", "*.css"), ("notebooks", "*.md"),
+    for folder, pattern in (("book", "*.md"), ("book", "*.bib"), ("book/_static", "*.css"), ("notebooks", "*.md"),
                             ("notebooks", "registry.yml")):
         (dest / folder).mkdir(parents=True, exist_ok=True)
         for p in (REPO / folder).glob(pattern):

@@ -365,6 +365,19 @@ def run_notebooks(
     weight = {e.name: e.weight for e in entries}
     tasks.sort(key=lambda t: -weight[Path(t[0]).stem])
     results: dict[str, NotebookResult] = {}
+    # RUN_LAST notebooks read what the others wrote: a second batch, after the first finished
+    for batch in ([t for t in tasks if Path(t[0]).stem not in RUN_LAST], [t for t in tasks if Path(t[0]).stem in RUN_LAST]):
+        _run_batch(batch, jobs, results)
+    return [results[e.name] for e in entries]
+
+
+#: Notebooks that read the other notebooks' outputs (the departures page): run after them.
+RUN_LAST: tuple[str, ...] = ("departures",)
+
+
+def _run_batch(tasks: list[tuple[str, str, dict[str, Any], str]], jobs: int, results: dict[str, NotebookResult]) -> None:
+    if not tasks:
+        return
     if jobs <= 1 or len(tasks) == 1:
         for t in tasks:
             r = _worker(t)
@@ -379,7 +392,6 @@ def run_notebooks(
                 r = f.result()
                 results[r.name] = r
                 _report(r)
-    return [results[e.name] for e in entries]
 
 
 def _report(r: NotebookResult) -> None:
@@ -458,6 +470,22 @@ def build_book(
     return build / "html"
 
 
+def _pdf(root: Path, html: Path, only: Sequence[str] | None) -> None:
+    """The PDF of the book (probeguard_core.book.pdf); a missing Chromium is a warning, not an error."""
+    from probeguard_core.book import pdf
+
+    if pdf.find_chromium() is None:
+        print(f"book_build: warning: Chromium not found, {pdf.PDF_NAME} not built (the landing page's PDF link "
+              "stays dead until `python -m probeguard_core.book.pdf` runs with chromium installed)", file=sys.stderr)
+        return
+    t0 = time.perf_counter()
+    try:
+        out = pdf.build_pdf(root, html, toc=root / "_build" / "_toc.generated.yml" if only else None)
+    except pdf.PDFError as exc:
+        raise BuildError(str(exc)) from exc
+    print(f"pdf: {time.perf_counter() - t0:.1f} s -> {out}", flush=True)
+
+
 # --------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m probeguard_core.book_build", description=__doc__.split("\n")[0])
@@ -466,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", action="append", metavar="NAME", help="run only this notebook (repeatable)")
     ap.add_argument("--params-json", default=None, help='extra parameters for every notebook, e.g. \'{"n_splits": 3}\'')
     ap.add_argument("--no-html", action="store_true", help="execute the notebooks but skip jupyter-book")
+    ap.add_argument("--no-pdf", action="store_true", help="skip the PDF of the whole book (probeguard_core.book.pdf)")
     args = ap.parse_args(argv)
     try:
         params = json.loads(args.params_json) if args.params_json else {}
@@ -489,6 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             t1 = time.perf_counter()
             html = build_book(release, root=root, only=args.only)
             print(f"jupyter-book: {time.perf_counter() - t1:.1f} s -> {html}/index.html", flush=True)
+            if not args.no_pdf:
+                _pdf(root, html, args.only)
         print(f"total {time.perf_counter() - t0:.1f} s", flush=True)
     except (BuildError, ValueError, json.JSONDecodeError) as exc:
         print(f"book_build: error: {exc}", file=sys.stderr)

@@ -1,0 +1,297 @@
+"""This release beside the paper: every number a notebook put beside the paper's, sorted by how
+far it departs (the page ``notebooks/departures.md``).
+
+The builder reads what the other notebooks wrote (``book/_generated/<name>/*.csv``), never a
+number of its own:
+
+* a CSV with ``value`` and ``paper`` columns (a :func:`probeguard_core.paper.beside_paper`
+  frame) contributes its rows where both are known; the paper's ``source`` of each CSV is
+  found in ``data/paper/reported.csv`` (the one source whose cell at those keys holds that value);
+* a certification summary (``certification_methods.csv``, ``other_backbones.csv``,
+  ``pooled.csv``: ``coverage_mean``, ``risk_mean`` ... per arm, stratum and alpha) is put in the
+  paper's long keys with :func:`probeguard_core.tables.certification.certification_long` and set beside §4.4
+  exactly as its notebook does (the pooled stream of MedQA + MMLU-Pro med: ``dataset = pooled``,
+  which the paper certifies nothing on, at any alpha).
+
+Each row is then marked ``input`` or ``emerged``. On a simulated release a row is an *input* when
+the simulator was given that number (``probeguard_core/simulate/params.yaml``: rates, sizes, cost
+medians; :data:`INPUT_QUANTITIES` names the parameter), so agreement with the paper proves
+nothing; every other number (AUROC, AURC, certified coverage, realized risk ...) *emerged* from
+the raw artifacts. On a real release every number emerged.
+
+How far a row departs (``departure``) is ``|Δ|`` for numbers on a 0-1 scale (AUROC, AURC,
+fractions, correlations) and ``|Δ| / |paper|`` for counts, seconds and tokens (``scale`` says which).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+__all__ = [
+    "BOUNDED_UNITS",
+    "INPUT_QUANTITIES",
+    "Departures",
+    "caveats",
+    "collect",
+    "departures",
+    "display",
+    "input_parameters",
+]
+
+#: Units whose numbers lie on a 0-1 scale: their departure is the absolute difference.
+BOUNDED_UNITS: frozenset[str] = frozenset({"auroc", "aurc", "fraction", "correlation"})
+#: Reported quantities a simulated release is *given* (``params.yaml`` paths that set them; ``*``
+#: is any cell, backbone or specialty). Agreement of these with the paper proves nothing.
+INPUT_QUANTITIES: dict[str, tuple[str, ...]] = {
+    "unanimous_share": ("cells.*.first_round_unanimity",),
+    "unanimous_error": ("cells.*.unanimous_error", "specialties.table8.*.error"),
+    "n_unanimous": ("cells.*.n_questions", "cells.*.first_round_unanimity", "specialties.table8.*.n"),
+    "n_unanimous_wrong": ("cells.*.n_questions", "cells.*.first_round_unanimity", "cells.*.unanimous_error"),
+    "error_rate_at_round": ("cells.*.error_by_round",),
+    "flip_wrong": ("cells.*.flip_wrong", "cells.*.irrelevant_docs", "cells.*.neutral_instruction",
+                   "cells.*.instruction_only"),
+    "flip_right": ("cells.*.flip_right", "cells.*.irrelevant_docs", "cells.*.neutral_instruction",
+                   "cells.*.instruction_only"),
+    "flip_wrong_min": ("cells.*.flip_wrong",), "flip_wrong_max": ("cells.*.flip_wrong",),
+    "flip_right_min": ("cells.*.flip_right",), "flip_right_max": ("cells.*.flip_right",),
+    "n_specialty_labelled": ("specialties.n_labelled",),
+    "n_specialty_unanimous": ("specialties.n_unanimous_labelled",),
+    "substrate_wall_s": ("cells.*.substrate_wall_s_median",),
+    "probe_wall_s_median": ("cells.*.probe_wall_s_median",),
+    "probe_completion_tokens_median": ("cells.*.probe_tokens_median",),
+    "n_calibration_added": ("cells.*.n_questions",),
+}
+#: Settings of the analysis, not measurements (e.g. the number of calibration / test splits).
+SETTINGS: frozenset[str] = frozenset({"n_splits"})
+#: The columns of a certification summary (``certify.summarize`` plus ``arm``).
+_CERT_SUMMARY = {"arm", "alpha", "stratum", "coverage_mean", "coverage_sd", "risk_mean", "violations",
+                 "n_splits", "n_certified"}
+_KEYS = ("backbone", "dataset", "signal", "arm", "stratum", "alpha", "specialty", "dropped_family", "round")
+PARAMS = Path(__file__).resolve().parents[1] / "simulate" / "params.yaml"
+
+
+# --------------------------------------------------------------------------- inputs of the simulator
+def _paths(node: Any, prefix: str = "") -> Iterable[str]:
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            yield path
+            yield from _paths(v, path)
+
+
+def input_parameters(params: str | Path = PARAMS) -> dict[str, list[str]]:
+    """For each quantity of :data:`INPUT_QUANTITIES`, the ``params.yaml`` paths that set it in
+    this simulator. Raises ``ValueError`` naming the file when a listed parameter is absent (the
+    mapping must follow the simulator, never claim an input it does not have)."""
+    params = Path(params)
+    tree = yaml.safe_load(params.read_text(encoding="utf-8"))
+    have = set(_paths(tree))
+    out: dict[str, list[str]] = {}
+    for quantity, patterns in INPUT_QUANTITIES.items():
+        found = []
+        for pattern in patterns:
+            rx = re.compile("^" + re.escape(pattern).replace(r"\*", r"[^.]+") + "$")
+            hits = sorted(p for p in have if rx.match(p))
+            if not hits:
+                raise ValueError(f"{params}: no parameter matches {pattern!r} (listed as an input of {quantity!r} "
+                                 "in probeguard_core.tables.departures.INPUT_QUANTITIES)")
+            found.append(pattern)
+        out[quantity] = found
+    return out
+
+
+# --------------------------------------------------------------------------- reading the notebooks' outputs
+def _reported() -> pd.DataFrame:
+    from probeguard_core.paper import load_reported
+
+    return load_reported()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or (isinstance(a, float) and math.isnan(a)) or a == "":
+        return b is None or (isinstance(b, float) and math.isnan(b)) or b == ""
+    if isinstance(a, (int, float)) or isinstance(b, (int, float)):
+        try:
+            return math.isclose(float(a), float(b), abs_tol=1e-9)
+        except (TypeError, ValueError):
+            return False
+    return str(a) == str(b)
+
+
+def _source_of(rows: pd.DataFrame, reported: pd.DataFrame) -> list[str]:
+    """The paper's source of each row: the sources whose cell at the row's keys holds the row's
+    paper value; a CSV's rows share the one source common to all of them when there is one."""
+    keys = [c for c in ("quantity", *_KEYS) if c in rows.columns]
+    per_row: list[list[str]] = []
+    for r in rows.to_dict("records"):
+        m = (reported["value"].sub(float(r["paper"])).abs() < 1e-9).to_numpy().copy()
+        for c in keys:
+            m &= np.array([_same(r[c], v) for v in reported[c]], dtype=bool)
+        per_row.append(list(dict.fromkeys(reported.loc[m, "source"])))
+    common = set(per_row[0]) if per_row else set()
+    for s in per_row[1:]:
+        common &= set(s)
+    if len(common) == 1:
+        return [common.pop()] * len(per_row)
+    return [s[0] if s else "" for s in per_row]
+
+
+def _certification_rows(df: pd.DataFrame, csv: Path, results: Mapping[str, Any]) -> pd.DataFrame:
+    """A certification summary beside §4.4, as the certification notebook sets it."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.certification import certification_long
+
+    backbone, dataset = results.get("backbone"), results.get("dataset")
+    pooled = csv.stem == "pooled"
+    parts = []
+    groups = df.groupby("backbone", sort=False) if "backbone" in df.columns else [(backbone, df)]
+    for bb, g in groups:
+        if bb is None or (dataset is None and not pooled):
+            raise ValueError(f"{csv}: a certification summary needs its backbone and dataset "
+                             f"(columns, or 'backbone' / 'dataset' in the notebook's results.json)")
+        g = g.drop(columns=[c for c in ("backbone", "dataset") if c in g.columns])
+        long = certification_long(g).assign(backbone=bb, dataset="pooled" if pooled else dataset)
+        on = ["dataset", "arm", "stratum", "quantity"] + ([] if pooled else ["alpha"])
+        parts.append(beside_paper(long, on=on, source="§4.4", backbone=bb, dataset="pooled" if pooled else dataset)
+                     .assign(source="§4.4"))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _read_results(folder: Path) -> dict[str, Any]:
+    import json
+
+    path = folder / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def collect(generated: str | Path, names: Sequence[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Every number beside the paper in the outputs of notebooks ``names`` under ``generated``;
+    returns (rows, the notebooks whose outputs are missing). Rows: ``page``, ``file``,
+    ``source``, ``quantity``, the key columns, ``unit``, ``value``, ``paper``, ``diff``."""
+    from probeguard_core.paper import unit_of
+
+    generated = Path(generated)
+    reported = _reported()
+    frames, missing = [], []
+    for name in names:
+        folder = generated / name
+        if not folder.is_dir():
+            missing.append(name)
+            continue
+        results = _read_results(folder)
+        for csv in sorted(folder.glob("*.csv")):
+            df = pd.read_csv(csv, keep_default_na=True)
+            if {"value", "paper"} <= set(df.columns):
+                rows = df[pd.to_numeric(df["value"], errors="coerce").notna() & df["paper"].notna()].copy()
+                if rows.empty or "quantity" not in rows.columns:
+                    continue
+                rows["source"] = _source_of(rows, reported)
+            elif _CERT_SUMMARY <= set(df.columns):
+                if df.empty:
+                    continue
+                rows = _certification_rows(df, csv, results)
+                rows = rows[rows["paper"].notna()].copy()
+            else:
+                continue
+            if rows.empty:
+                continue
+            rows["page"], rows["file"] = name, f"{name}/{csv.name}"
+            frames.append(rows)
+    if not frames:
+        return pd.DataFrame(columns=["page", "file", "source", "quantity", *_KEYS, "unit", "value", "paper", "diff"]), missing
+    out = pd.concat(frames, ignore_index=True)
+    for c in _KEYS:
+        if c not in out.columns:
+            out[c] = None
+    if "unit" not in out.columns:
+        out["unit"] = None
+    out["unit"] = [u if isinstance(u, str) and u else unit_of(q) for u, q in zip(out["unit"], out["quantity"])]
+    out["value"] = out["value"].astype(float)
+    out["paper"] = out["paper"].astype(float)
+    out["diff"] = out["value"] - out["paper"]
+    # the same number shown on two pages (e.g. Table 2 and the Qwen3-8B rows of Table 5) once
+    out = out.drop_duplicates(subset=["source", "quantity", *_KEYS, "value"], keep="first")
+    return out[["page", "file", "source", "quantity", *_KEYS, "unit", "value", "paper", "diff"]], missing
+
+
+# --------------------------------------------------------------------------- the table
+def _what(r: Mapping[str, Any]) -> str:
+    from probeguard_core.paper import display_label
+
+    parts = [display_label("quantity", r["quantity"])]
+    for c in ("signal", "arm", "dataset", "backbone", "stratum", "specialty", "dropped_family", "round", "alpha"):
+        v = r.get(c)
+        if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
+            continue
+        label = display_label(c, v)
+        parts.append({"alpha": f"α = {label}", "round": f"round {label}", "dropped_family": f"without {label}",
+                      "stratum": f"stratum {label}"}.get(c, label))
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Departures:
+    """The page's data: the sorted rows, the notebooks whose outputs were missing, the release."""
+
+    rows: pd.DataFrame
+    missing: list[str]
+    simulated: bool
+    inputs: dict[str, list[str]]
+
+    def count(self, role: str) -> int:
+        return int((self.rows["role"] == role).sum())
+
+
+def departures(generated: str | Path, names: Sequence[str], *, simulated: bool,
+               params: str | Path = PARAMS) -> Departures:
+    """The departures of a release: :func:`collect`, then each row's role (``input`` / ``emerged``
+    / ``setting``) and ``departure``, sorted by departure (largest first, stable)."""
+    rows, missing = collect(generated, names)
+    inputs = input_parameters(params) if simulated else {}
+    rows = rows.copy()
+    rows["role"] = ["setting" if q in SETTINGS else "input" if q in inputs else "emerged" for q in rows["quantity"]]
+    rows["set_by"] = ["; ".join(inputs.get(q, [])) for q in rows["quantity"]]
+    bounded = rows["unit"].isin(BOUNDED_UNITS)
+    rel = rows["diff"].abs() / rows["paper"].abs().where(rows["paper"] != 0)
+    rows["departure"] = rows["diff"].abs().where(bounded, rel.fillna(rows["diff"].abs()))
+    rows["scale"] = ["absolute" if b else "relative" for b in bounded]
+    rows["what"] = [_what(r) for r in rows.to_dict("records")]
+    rows = rows.sort_values("departure", ascending=False, kind="mergesort").reset_index(drop=True)
+    return Departures(rows, missing, simulated, inputs)
+
+
+def display(d: Departures, role: str | None = None, top: int | None = None) -> Any:
+    """The rows (of one ``role``; the ``top`` first) as an ours | paper | Δ table for reading."""
+    from probeguard_core.tables.display import long_beside
+
+    rows = d.rows if role is None else d.rows[d.rows["role"] == role]
+    if top is not None:
+        rows = rows.head(top)
+    shown = rows.assign(where=rows["source"], departure_shown=[
+        f"{x:.3f}" if s == "absolute" else f"{100 * x:.0f}% rel." for x, s in zip(rows["departure"], rows["scale"])])
+    shown = shown.rename(columns={"what": "number"}).assign(table=[f.split("/")[-1] for f in rows["file"]])
+    return long_beside(shown.reset_index(drop=True), keys=["number", "where"],
+                       extra=["departure_shown", "role", "table"]).relabel_index(
+        ["number", "in the paper", "ours", "paper", "Δ", "departs by", "role", "our table"], axis="columns")
+
+
+def caveats(release: str | Path) -> str:
+    """The release DATASHEET's caveats (its section "What this release can and cannot show"), as
+    Markdown; a note when the release has no DATASHEET or no such section."""
+    path = Path(release) / "DATASHEET.md"
+    if not path.is_file():
+        return f"The release has no `DATASHEET.md` ({path}), so no caveats are recorded."
+    text = path.read_text(encoding="utf-8")
+    m = re.search(r"^## What this release can and cannot show\s*$(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+    if not m:
+        return f"`{path.name}` has no section 'What this release can and cannot show'."
+    return m.group(1).strip()
