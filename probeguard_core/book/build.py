@@ -1,6 +1,5 @@
-"""Moved to :mod:`probeguard_core.book.build`; this old module path stays as an alias of it.
+"""Build the book: run every notebook with papermill, then render with Jupyter Book.
 
-<<<<<<<< HEAD:probeguard_core/book/build.py
 ``python -m probeguard_core.book.build --release data/simulated-v1 --jobs 2``
 (the old ``python -m probeguard_core.book_build`` is the same command)
 
@@ -18,14 +17,15 @@
 
 Paths (the repository root, the release resolver) live in :mod:`probeguard_core.book.paths`;
 :func:`repo_root` and :func:`resolve` are re-exported here.
-========
-Importing ``probeguard_core.book_build`` gives the very module ``probeguard_core.book.build`` (same
-object, so attributes and monkeypatches are shared).
->>>>>>>> c-deploy:probeguard_core/book_build.py
 """
 
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
 import sys
-<<<<<<<< HEAD:probeguard_core/book/build.py
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -33,12 +33,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-========
->>>>>>>> c-deploy:probeguard_core/book_build.py
 
-from probeguard_core.book import build as _impl
+import yaml
 
-<<<<<<<< HEAD:probeguard_core/book/build.py
 from probeguard_core.book.paths import (  # noqa: F401  (_root_from: tests clear its cache)
     BuildError,
     _root_from,
@@ -529,9 +526,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-========
-if __name__ == "__main__":  # `python -m probeguard_core.book_build` keeps working
-    raise SystemExit(_impl.main())
-
-sys.modules[__name__] = _impl
->>>>>>>> c-deploy:probeguard_core/book_build.py

@@ -1,27 +1,38 @@
-"""Moved to :mod:`probeguard_core.book.nbtools`; this old module path stays as an alias of it.
+"""Small helpers that keep the book's notebooks to a screen of logic.
 
-Importing ``probeguard_core.nbtools`` gives the very module ``probeguard_core.book.nbtools`` (same
-object, so attributes and monkeypatches are shared).
+* :class:`Outputs` writes a notebook's artifacts into its ``output_dir``: tables as CSV,
+  figures as PNG and SVG, headline numbers as ``results.json``; byte-reproducible.
+* :func:`provenance_banner` renders the banner every page carries, read from the release manifest.
 """
 
-import sys
+from __future__ import annotations
 
-<<<<<<<< HEAD:probeguard_core/book/nbtools.py
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from probeguard_core.fileio import jsonable, write_text_atomic
 from probeguard_core.release import Release
 
 __all__ = ["Outputs", "provenance_banner"]
 
 
 def _jsonable(value: Any) -> Any:
-    return jsonable(value, round_digits=10)  # results.json keeps 10 decimals
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN: a missing number is null
+    if isinstance(value, float):
+        return round(value, 10)
+    return value
 
 
 class Outputs:
@@ -50,7 +61,7 @@ class Outputs:
         """Add headline numbers and (re)write ``results.json`` (sorted keys, NaN as null)."""
         self._results.update(values)
         path = self.dir / "results.json"
-        write_text_atomic(path, json.dumps(_jsonable(self._results), indent=2, sort_keys=True) + "\n")
+        path.write_text(json.dumps(_jsonable(self._results), indent=2, sort_keys=True) + "\n", encoding="utf-8")
         return dict(self._results)
 
 
@@ -66,8 +77,3 @@ def provenance_banner(release: Release) -> Any:
         f'<p class="admonition-title">{title}: {release.name}</p><p>{text}</p></div>'
     )
     return HTML(html)
-========
-from probeguard_core.book import nbtools as _impl
-
-sys.modules[__name__] = _impl
->>>>>>>> c-deploy:probeguard_core/nbtools.py

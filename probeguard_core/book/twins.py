@@ -1,6 +1,5 @@
-"""Moved to :mod:`probeguard_core.book.twins`; this old module path stays as an alias of it.
+"""Unexecuted ``.ipynb`` twins of the book's notebooks, for Colab and Binder.
 
-<<<<<<<< HEAD:probeguard_core/book/twins.py
 The jupytext MyST sources ``notebooks/<name>.md`` are the source of truth; Colab cannot open
 them, so each has a committed twin ``notebooks/ipynb/<name>.ipynb``: the same cells, converted
 by jupytext exactly as :mod:`probeguard_core.book.build` converts them (stable cell ids
@@ -13,20 +12,24 @@ to install the repository. The book's launch buttons point at the twins
 
 (``tools/sync_notebooks.py`` is the same command.) ``tests/test_notebook_twins.py`` fails when a
 twin is stale.
-========
-Importing ``probeguard_core.notebook_twins`` gives the very module ``probeguard_core.book.twins`` (same
-object, so attributes and monkeypatches are shared).
->>>>>>>> c-deploy:probeguard_core/notebook_twins.py
 """
 
+from __future__ import annotations
+
+import argparse
 import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from probeguard_core.book import twins as _impl
+__all__ = ["INSTALL_CELL_ID", "TWINS", "install_markdown", "stale_twins", "sync_twins", "twin_notebook", "twin_path",
+           "twin_text"]
 
-if __name__ == "__main__":  # `python -m probeguard_core.notebook_twins` keeps working
-    raise SystemExit(_impl.main())
+#: Folder of the twins, relative to the repository root.
+TWINS = Path("notebooks") / "ipynb"
+#: Id of the added first cell (the converted cells keep ``cell-000``, ``cell-001``, ...).
+INSTALL_CELL_ID = "install"
 
-<<<<<<<< HEAD:probeguard_core/book/twins.py
 
 def _repo_url(root: Path) -> str:
     import yaml
@@ -152,6 +155,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-========
-sys.modules[__name__] = _impl
->>>>>>>> c-deploy:probeguard_core/notebook_twins.py
