@@ -31,15 +31,20 @@ NETWORK_ERRORS = ("NewConnectionError", "Network is unreachable", "Temporary fai
                   "Name or service not known", "Connection refused", "Max retries exceeded")
 
 
-def _tracked(path: str) -> bool:
-    """``path`` is a file of the repository (tracked by git where this is a git checkout)."""
-    if not (REPO / path).is_file():
-        return False
+def _tracked_files() -> set[str] | None:
+    """The files git tracks in this checkout, or ``None`` outside a git checkout (an sdist)."""
     if not (REPO / ".git").exists() or shutil.which("git") is None:
-        return True
-    proc = subprocess.run(["git", "ls-files", "--error-unmatch", path], cwd=REPO, capture_output=True, text=True,
-                          check=False)
-    return proc.returncode == 0
+        return None
+    # safe.directory: CI checks out as another user than the container's root
+    proc = subprocess.run(["git", "-c", f"safe.directory={REPO}", "ls-files", "-z"], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"git ls-files failed: {proc.stderr}"
+    return set(proc.stdout.split("\0")) - {""}
+
+
+def _in_repository(path: str, tracked: set[str] | None) -> bool:
+    """``path`` is a file of the repository (tracked by git where this is a git checkout)."""
+    return (REPO / path).is_file() and (tracked is None or path in tracked)
 
 
 # --------------------------------------------------------------------------- binder/
@@ -106,6 +111,7 @@ def test_the_repository_setting_is_this_project_not_the_papers() -> None:
 def test_every_launch_url_opens_a_file_of_this_repository() -> None:
     repo = sphinx_ext.repository(REPO)
     urls = sphinx_ext.all_launch_urls(REPO)
+    tracked = _tracked_files()
     registry = yaml.safe_load((REPO / "notebooks" / "registry.yml").read_text(encoding="utf-8"))
     entries = registry if isinstance(registry, list) else registry["notebooks"]
     assert len(urls) >= 15 and set(urls) == {e["name"] for e in entries}, "every registered notebook is a page"
@@ -119,7 +125,7 @@ def test_every_launch_url_opens_a_file_of_this_repository() -> None:
         assert colab.startswith(prefix), buttons["Colab"]
         for target in (unquote(path), unquote(colab[len(prefix):])):
             assert target == f"{tw.TWINS.as_posix()}/{name}.ipynb"
-            assert _tracked(target), f"{name}: its launch URL opens {target}, which is not in the repository"
+            assert _in_repository(target, tracked), f"{name}: its launch URL opens {target}, which is not in the repository"
 
 
 @pytest.mark.parametrize("url", ["https://gitlab.com/a/b", "http://github.com/a/b", "https://github.com/a",
@@ -127,6 +133,17 @@ def test_every_launch_url_opens_a_file_of_this_repository() -> None:
 def test_a_repository_url_that_cannot_launch_is_refused(url: str) -> None:
     with pytest.raises(ValueError, match="repository.url"):
         sphinx_ext.Repository(url=url)
+
+
+def test_the_cli_prints_what_the_publish_workflow_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    repo = sphinx_ext.repository(REPO)
+    assert sphinx_ext.main(["--repository-url"]) == 0
+    assert capsys.readouterr().out == repo.url + "\n"
+    assert sphinx_ext.main(["--pages-url"]) == 0
+    assert capsys.readouterr().out == repo.pages_url + "\n"
+    assert sphinx_ext.main(["--launch-urls"]) == 0
+    rows = [ln.split("\t") for ln in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 * len(sphinx_ext.all_launch_urls(REPO)) and all(len(r) == 3 for r in rows)
 
 
 def test_pages_url_of_a_project_and_of_a_user_site() -> None:
