@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from probeguard_core import deploy, monitor
+from probeguard_core import deploy, monitor  # noqa: E402 (after the sys.path set-up)
 
 CELL = ROOT / "data" / "simulated-v1" / "medqa" / "qwen3-8b"
 
