@@ -1,6 +1,6 @@
 # ProbeGuard companion. Two commands do all the set-up on a fresh machine with Python 3.11:
 #   make book   build the book from the shipped release into _build/html
-#   make test   run the test suite
+#   make test   lint (ruff), run the doctests and the test suite
 # Both create .venv/ and install the pinned dependencies (requirements/lock.txt) into it.
 
 PYTHON  ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
@@ -31,7 +31,10 @@ venv: $(STAMP)
 book: $(STAMP)
 	$(BIN)/python -m probeguard_core.book_build --release $(RELEASE) --jobs $(JOBS)
 
+# lint (ruff, rules in pyproject.toml), the modules' doctests, then the test suite
 test: $(STAMP)
+	$(BIN)/python -m ruff check probeguard_core tests tools benchmarks
+	$(BIN)/python -m pytest -q -p no:cacheprovider --doctest-modules probeguard_core
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)

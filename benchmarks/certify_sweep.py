@@ -14,7 +14,6 @@ import argparse
 import statistics
 import time
 
-import numpy as np
 import pandas as pd
 
 from _synthetic import synthetic_medqa  # benchmarks/ is on sys.path when run as a script

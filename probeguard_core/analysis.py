@@ -10,7 +10,7 @@ from probeguard_core.tables.audits import *  # noqa: F403
 from probeguard_core.tables.beside import *  # noqa: F403
 from probeguard_core.tables.cases import *  # noqa: F403
 from probeguard_core.tables.certification import *  # noqa: F403
-from probeguard_core.tables.discrimination import *  # noqa: F403
+from probeguard_core.tables.signals import *  # noqa: F403
 from probeguard_core.tables.display import *  # noqa: F403
 from probeguard_core.tables.picking import *  # noqa: F403
 from probeguard_core.tables.scores import *  # noqa: F403

@@ -381,3 +381,100 @@ def test_display_label() -> None:
     assert display_label("quantity", "auroc") == "AUROC" and display_label("quantity", "realized_risk") == "realized risk"
     assert display_label("alpha", 0.1) == "0.10"
     assert display_label("stratum", None) == "all" and display_label("dataset", None) == "–"
+
+
+# --------------------------------------------------------------------------- the tables package
+def test_tables_names_map_every_public_name_to_its_module() -> None:
+    import importlib
+
+    from probeguard_core import tables
+
+    for mod in set(tables.NAMES.values()):
+        m = importlib.import_module(f"probeguard_core.tables.{mod}")
+        mine = {n for n, v in tables.NAMES.items() if v == mod}
+        assert mine == set(m.__all__), mod
+        for n in mine:
+            assert getattr(tables, n) is getattr(m, n)
+    with pytest.raises(AttributeError):
+        tables.no_such_builder  # noqa: B018
+
+
+def test_analysis_keeps_every_old_public_name() -> None:
+    from probeguard_core import tables
+
+    for n in AX.__all__:
+        assert getattr(AX, n) is getattr(tables, n), n
+    assert AX.release_layer_certificate is tables.layer_certification_means
+
+
+def test_the_release_is_release_like_and_its_cells_cell_like() -> None:
+    from pathlib import Path
+
+    from probeguard_core.release import load_release
+    from probeguard_core.tables.protocols import CellLike, ReleaseLike
+
+    rel = load_release(Path(__file__).resolve().parents[1] / "data" / "simulated-v1", verify=False)
+    assert isinstance(rel, ReleaseLike) and isinstance(rel.main_cells()[0], CellLike)
+
+
+def test_certify_owns_the_even_split_and_the_bonferroni_level() -> None:
+    masks = C.even_splits(11, 4, seed=42)
+    for j, m in enumerate(masks):
+        perm = np.random.default_rng(42 + j).permutation(11)
+        assert set(np.flatnonzero(m)) == set(perm[:5])
+    assert C.bonferroni_level(0.05, 20, 2) == 0.05 / 40
+    s = np.random.default_rng(1).random((3, 50))
+    e = np.random.default_rng(2).random((3, 50)) < 0.1
+    got = C.resampled_thresholds(s, e, 0.2)
+    want = [C.ltt_threshold(s[d], e[d], 0.2) for d in range(3)]
+    assert [None if np.isnan(g) else g for g in got] == want
+    with pytest.raises(ValueError, match="2-D"):
+        C.resampled_thresholds(s[0], e[0], 0.2)
+
+
+def test_compare_tables_finds_every_difference(tmp_path) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("compare_tables", Path(__file__).resolve().parents[1] / "tools"
+                                                  / "compare_tables.py")
+    ct = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ct)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a / "nb", b / "nb"):
+        d.mkdir(parents=True)
+        (d / "t.csv").write_text("x\n1\n")
+        (d / "results.json").write_text("{}\n")
+    assert ct.compare(a, b) == [] and ct.main([str(a), str(b)]) == 0
+    (b / "nb" / "t.csv").write_text("x\n2\n")
+    (a / "nb" / "only.csv").write_text("y\n")
+    assert ct.compare(a, b) == [f"only in {a}: nb/only.csv", "differs: nb/t.csv"]
+    assert ct.main([str(a), str(b)]) == 1
+
+
+def test_page_builders_own_what_a_release_lacks(tmp_path) -> None:
+    """On a release with logs only (no probe, NLI, self-report, augment cell or second backbone),
+    every page builder returns its tables with their schema and says why in a note: the
+    notebooks never branch on what a release lacks."""
+    from foreign_release import pubmedqa_logs_only
+
+    from probeguard_core import tables
+    from probeguard_core.release import load_release
+
+    rel = load_release(pubmedqa_logs_only(tmp_path), verify=False)
+    f1 = tables.figure1(rel)
+    assert f1.cases.empty and list(f1.cases.columns) == list(tables.FIGURE1_COLUMNS) and f1.notes
+    f4 = tables.figure4(rel, n_splits=2)
+    assert f4.why and any("certification score" in n for n in f4.notes)
+    assert set(f4.tables) == {"certification_methods", "alpha_sweep", "other_backbones", "pooled"}
+    assert f4.tables["other_backbones"].empty and "coverage_mean" in f4.tables["other_backbones"].columns
+    t6 = tables.table6_page(rel, n_boot=10)
+    assert t6.tables["table6"].empty and "ci_low" in t6.tables["table6"].columns and t6.notes
+    t8 = tables.table8(rel, n_splits=2)
+    assert t8.t8.empty and list(t8.t8.columns) == list(tables.TABLE8_COLUMNS) and t8.notes
+    hs = tables.hard_soft_page(rel)
+    assert hs.tables["hard_vs_soft"].empty and hs.notes
+    cell, k, why = tables.appendix_k(rel)
+    assert why and all(k[n].empty for n in ("cases", "options", "panel", "probe", "queries"))
+    audit, notes, n_layer, _, _ = tables.theorem1_audit(rel, [0.15], n_draws=10)
+    assert set(audit.source) == {"synthetic"} and notes and n_layer == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import nbformat
@@ -57,7 +56,8 @@ def test_notebook_runs_and_writes_its_outputs(entry: bb.NotebookEntry, release: 
         assert png.with_suffix(".svg").is_file(), f"{png.name} has no SVG twin"
         assert png.stat().st_size > 1000
     results = json.loads((out / "results.json").read_text())
-    for chk in results.get("checks", []):
+    assert results.get("checks"), f"{entry.name}: results.json has no consistency checks (nothing would be verified)"
+    for chk in results["checks"]:
         ours = results[chk["key"]]
         theirs = _lookup(out / chk["csv"], chk["row"], chk["column"])
         assert math.isclose(float(ours), theirs, rel_tol=1e-5, abs_tol=1e-9), (chk, ours, theirs)
@@ -70,6 +70,7 @@ def test_notebook_runs_and_writes_its_outputs(entry: bb.NotebookEntry, release: 
     assert injected and all("remove-cell" in t for t in injected)
     outputs = json.dumps([c.get("outputs", []) for c in nb.cells])
     assert "probeguard-provenance" in outputs and "Simulated release" in outputs
+    assert str(REPO) not in nbformat.writes(nb), f"{entry.name}: the executed notebook holds a build-machine path"
 
 
 def test_registry_agrees_with_notebooks_and_toc() -> None:

@@ -46,7 +46,7 @@ def test_parse_answer(text, expected):
 @given(st.text())
 def test_parse_answer_never_invents(text):
     got = parse_answer(text, OPTS)
-    assert got is None or (got in OPTS and f"<answer>" in text)
+    assert got is None or (got in OPTS and "<answer>" in text)
 
 
 def test_parse_queries_order_dedupe_limit():

@@ -7,7 +7,6 @@ binomial standard errors + 0.02, counts within 10%, medians within 15% (issue 3)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

@@ -36,7 +36,14 @@ from typing import Any
 
 import yaml
 
-from probeguard_core.book.paths import BuildError, _root_from, repo_root, resolve, resolve_release  # noqa: F401
+from probeguard_core.book.paths import (  # noqa: F401  (_root_from: tests clear its cache)
+    BuildError,
+    _root_from,
+    repo_relative,
+    repo_root,
+    resolve,
+    resolve_release,
+)
 
 __all__ = [
     "KERNEL_THREAD_VARS",
@@ -305,6 +312,10 @@ def execute_notebook(
     if output.exists():
         executed = nbformat.read(output, as_version=4)
         _hide_injected(executed)
+        pm_meta = executed.metadata.get("papermill", {})
+        for key in ("input_path", "output_path"):  # no build-machine path in the executed notebook
+            if isinstance(pm_meta.get(key), str) and pm_meta[key].startswith("/"):
+                pm_meta[key] = repo_relative(pm_meta[key], Path(cwd or repo_root()))
         nbformat.write(executed, output)
     return NotebookResult(name, not error, wall, output, error)
 
@@ -342,8 +353,9 @@ def run_notebooks(
     gen.mkdir(parents=True, exist_ok=True)
     tasks = []
     for e in entries:
-        p = {"release": str(rel_path), **(params or {}), **((per_notebook or {}).get(e.name, {}))}
-        p["output_dir"] = str(gen / e.name)
+        # repository-relative paths (when inside it), so executed notebooks hold no build-machine path
+        p = {"release": repo_relative(rel_path, root), **(params or {}), **((per_notebook or {}).get(e.name, {}))}
+        p["output_dir"] = repo_relative(gen / e.name, root)
         tasks.append((str(root / e.source), str(gen / f"{e.name}.ipynb"), p, str(root)))
     # Heaviest first (registry ``weight``, stable): the pool then finishes sooner (longest-processing-time
     # order); results are still returned in registry order.

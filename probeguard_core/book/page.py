@@ -23,7 +23,12 @@ from typing import Any
 from probeguard_core.book.nbtools import Outputs, provenance_banner
 from probeguard_core.book.paths import repo_relative, resolve, resolve_release
 
-__all__ = ["Page", "effective_parameters", "open_page", "parameters_html"]
+__all__ = ["FIGURE_RC", "Page", "effective_parameters", "open_page", "parameters_html"]
+
+#: Matplotlib defaults of the book's figures: fonts legible when a figure is shown at the
+#: article width (a cell's explicit ``fontsize=`` still wins).
+FIGURE_RC: dict[str, Any] = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 10,
+                             "xtick.labelsize": 10, "ytick.labelsize": 10}
 
 #: IPython's own globals, never a page parameter.
 _IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
@@ -47,13 +52,35 @@ def parameters_html(params: Mapping[str, Any]) -> str:
             f"<p>{items.strip()}</p></details>")
 
 
-@dataclass
+@dataclass(repr=False)
 class Page:
     """What a page's cells use: the loaded ``release``, its writer ``out`` and its parameters."""
 
     release: Any
     out: Outputs
     params: dict[str, Any] = field(default_factory=dict)
+
+    def figure(self, name: str, fig: Any) -> None:
+        """Write ``fig`` as ``<name>.png`` / ``.svg``, glue it under ``name`` for the page's
+        numbered, captioned ``{glue:figure}``, and close it (so it is not also shown raw)."""
+        import matplotlib.pyplot as plt
+        from myst_nb import glue
+
+        self.out.figure(name, fig)
+        glue(name, fig, display=False)
+        plt.close(fig)
+
+    def glue(self, name: str, value: Any) -> None:
+        """A value quoted in the page's prose, computed here, never typed: a number for
+        ``{glue:text}`name:.3f```, a string (glued as Markdown, so without quotes) for
+        ``{glue:md}`name```."""
+        from IPython.display import Markdown
+        from myst_nb import glue
+
+        glue(name, Markdown(value) if isinstance(value, str) else value, display=False)
+
+    def __repr__(self) -> str:  # the plain-text twin of the banner: no build-machine path
+        return f"Release {self.release.name} ({self.release.provenance})"
 
     def _repr_html_(self) -> str:
         return provenance_banner(self.release).data + parameters_html(self.params)
@@ -71,8 +98,11 @@ def open_page(namespace: Mapping[str, Any] | None = None, *, release: str | os.P
     output_dir = output_dir if output_dir is not None else params.get("output_dir")
     if release is None or output_dir is None:
         raise ValueError("open_page needs a release and an output_dir (the notebook's parameters)")
+    import matplotlib as mpl
+
     from probeguard_core.release import load_release
 
+    mpl.rcParams.update(FIGURE_RC)
     rel = load_release(resolve_release(release))
     return Page(rel, Outputs(resolve(output_dir)), {**params, "release": str(release),
                                                      "output_dir": str(Path(output_dir))})

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from probeguard_core.simulate import model as M
 
@@ -28,7 +27,7 @@ def parameter_rows(cell: Any, params: dict[str, Any], scale: float = 1.0) -> lis
     """Target vs measured for one release cell (a :class:`probeguard_core.release.Cell`) generated at ``scale``."""
     from probeguard_core.simulate.writer import cell_size
 
-    from probeguard_core.features import final_answer, first_round_agreement, is_correct
+    from probeguard_core.features import first_round_agreement, is_correct
     from probeguard_core.probe import is_flipped
 
     key = cell.path.relative_to(cell.release.path).as_posix()

@@ -1,4 +1,87 @@
 """The tables and figures of the paper, one module per part of the paper (replacing ``analysis``).
 
-Submodules are imported on use; importing this package imports none of them.
+===================  ==========================================================================
+``scores``           per-question scores of a cell (§3.1-§3.2) and pieces the tables share
+``signals``          discrimination: Tables 2, 3, 5 and Figures 2, 5 (§4.1-§4.2)
+``cases``            Figure 1 and Appendix K: the two unanimous cases
+``unanimous``        the unanimous layer (§4.3, Figure 3), Table 6 (Appendix G), §5.1
+``certification``    certification (§3.3, §4.4, Figure 4) and Table 8 (Appendix I)
+``audits``           Theorem 1 audits and the what-if chapter (beyond the paper)
+``appendices``       Table 7 (Appendix H), Appendix J, Appendix C
+``picking``          which backbone / benchmark of a release a page shows
+``beside``           ours beside the paper; ``results.json`` consistency checks
+``display``          tables and notes for reading (never changes a number in a CSV)
+``figures``          the paper's figures drawn from the builders' tables
+``protocols``        ``CellLike`` / ``ReleaseLike``: what the builders need of a release
+===================  ==========================================================================
+
+Every public name of the submodules is also an attribute of this package, imported on first
+use (``tables.figure1_cases`` imports :mod:`probeguard_core.tables.cases`); importing the
+package itself imports no submodule.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Which submodule defines each public name (checked by ``tests/test_analysis.py``).
+NAMES: dict[str, str] = {
+    **dict.fromkeys([
+        "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "claims_page",
+        "cost_page", "cost_table", "explain_claims", "rule_summary_units", "table7",
+    ], "appendices"),
+    **dict.fromkeys([
+        "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_audit",
+        "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
+        "whatif_coverage", "whatif_summary",
+    ], "audits"),
+    **dict.fromkeys([
+        "beside_sources", "check_entry", "value_at",
+    ], "beside"),
+    **dict.fromkeys([
+        "CASE_DETAIL_COLUMNS", "FIGURE1_COLUMNS", "Figure1", "appendix_k", "case_details",
+        "figure1", "figure1_cases",
+    ], "cases"),
+    **dict.fromkeys([
+        "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8",
+        "at_alphas", "certification_arms", "certification_inputs", "certification_long",
+        "figure4", "specialty_breakdown", "specialty_label_counts", "stratified_summary",
+        "table8", "uncertifiable",
+    ], "certification"),
+    **dict.fromkeys([
+        "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "HEADER_WORDS", "TABLE_CLASS",
+        "absent_note", "absent_text", "empty_table", "header", "long_beside", "note",
+        "placeholder_figure", "show_notes", "styled", "wide_beside",
+    ], "display"),
+    **dict.fromkeys([
+        "FONT", "plot_figure4",
+    ], "figures"),
+    **dict.fromkeys([
+        "pick_backbone", "pick_backbones", "pick_dataset", "pick_datasets",
+    ], "picking"),
+    **dict.fromkeys([
+        "cell_scores", "defined_metric", "flip_rows", "rse_keep_score", "s1_correct",
+    ], "scores"),
+    **dict.fromkeys([
+        "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Table5", "Tables23",
+        "agreement_by_round", "concluding_round_table", "discrimination",
+        "layer_discrimination", "risk_coverage_curves", "table5", "tables_2_3",
+    ], "signals"),
+    **dict.fromkeys([
+        "CONTROL_ARMS", "HARD_SOFT_COLUMNS", "LAYER_TABLE_SIGNALS", "PageTables",
+        "TABLE6_COLUMNS", "figure3_ranges", "flip_rates", "hard_soft_page", "hard_soft_scores",
+        "hard_soft_table", "layer_scores", "probe_arm_table", "table6_page",
+        "unanimous_layer_page", "unanimous_layer_table",
+    ], "unanimous"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in NAMES:
+        return getattr(importlib.import_module(f"{__name__}.{NAMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *NAMES])

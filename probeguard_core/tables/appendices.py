@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,10 +24,11 @@ from probeguard_core.scoring import (
     drop_family_ablation,
     process_score,
 )
-from probeguard_core.tables.protocols import CellLike
+from probeguard_core.tables.protocols import CellLike, ReleaseLike
 
 __all__ = [
-    "ablation_table", "claim_examples", "claim_rule_summary", "cost_table", "explain_claims",
+    "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "claims_page", "cost_page",
+    "cost_table", "explain_claims", "rule_summary_units", "table7",
 ]
 
 
@@ -197,3 +199,86 @@ def claim_rule_summary(cell: CellLike) -> pd.DataFrame:
         rows.append({"quantity": "NLI cache claims reproduced by extract_claims",
                      "value": match / total if total else math.nan, "n": total})
     return pd.DataFrame(rows)
+
+
+@dataclass
+class Table7:
+    """The Table 7 page (:func:`table7`): the ablation beside the paper and its notes."""
+
+    backbone: str
+    datasets: list[str]
+    cells: list[CellLike]
+    table7: pd.DataFrame
+    notes: list[str]
+
+
+def table7(rel: ReleaseLike, datasets: Sequence[str] | None = None, backbone: str | None = None,
+           n_folds: int = 5, seed: int = SEED) -> Table7:
+    """Table 7 (Appendix H) from any release: :func:`ablation_table` on each benchmark of the
+    primary backbone, beside the paper; a note where the release has no NLI records (the
+    rationale family is then missing, imputed inside the folds with an indicator)."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.display import absent_text
+    from probeguard_core.tables.picking import pick_backbone, pick_datasets
+
+    backbone = pick_backbone(rel, backbone)
+    datasets = pick_datasets(rel, datasets, backbone, design=["medqa", "mmlu_pro_med", "medmcqa"])
+    cells = [rel.cell(d, backbone) for d in datasets]
+    why = absent_text(cells, {"nli": "the rationale family; its features are missing here, imputed inside the "
+                                     "folds with an indicator"})
+    t7 = pd.concat([ablation_table(c, n_folds=n_folds, seed=seed) for c in cells], ignore_index=True)
+    t7 = beside_paper(t7, on=["backbone", "dataset", "dropped_family", "arm"], source="Table 7")
+    return Table7(backbone, list(datasets), cells, t7, [why] if why else [])
+
+
+# --------------------------------------------------------------------------- page builders
+def cost_page(rel: ReleaseLike, backbone: str | None = None, arm: str = "counter_evidence") -> tuple[pd.DataFrame,
+                                                                                                      str, list[str]]:
+    """Appendix J from any release: :func:`cost_table` of every main cell, the primary backbone's
+    rows beside the paper (its Appendix J numbers are the primary backbone's; §4.3's unanimous
+    share beside every backbone). Returns the table, the backbone shown and the notes (cells
+    without cost fields or probe records)."""
+    from probeguard_core.paper import BACKBONES
+    from probeguard_core.tables.beside import beside_sources
+    from probeguard_core.tables.display import absent_text
+    from probeguard_core.tables.picking import pick_backbone
+
+    backbone = pick_backbone(rel, backbone)
+    cost = cost_table(rel.main_cells(), arm=arm)
+    notes = []
+    no_cost = [c.label for c in rel.main_cells() if all(g.cost is None for g in c.logs)]
+    if no_cost:
+        notes.append(f"this release has no cost fields for {', '.join(no_cost)}; Appendix J needs them "
+                     "(DESIGN 2.1 / 2.2 `cost`), so their rows are dashes.")
+    why = absent_text([c for c in rel.main_cells() if c.backbone == backbone], {"probe": "the probe's cost"})
+    notes += [why] if why else []
+    prim = cost["backbone"] == backbone
+    sources = [{"source": "Appendix J"}] if backbone == BACKBONES[0] else []
+    beside = beside_sources(cost[prim], on=["dataset", "quantity"],
+                            sources=[*sources, {"source": "§4.3", "quantity": "unanimous_share", "backbone": backbone}])
+    return pd.concat([beside, cost[~prim]], ignore_index=True), backbone, notes
+
+
+def claims_page(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None,
+                per_case: int = 1) -> tuple[CellLike, pd.DataFrame, pd.DataFrame, list[str]]:
+    """Appendix C from any release: real rationales taking each branch of the rule
+    (:func:`claim_examples`) and their sentence-by-sentence walk-through (:func:`explain_claims`).
+    Returns the cell, the examples, the walk-through and the notes."""
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    notes = [] if cell.has("nli") else [
+        f"this release has no NLI records for {cell.label}; the RSE AUROC below and the check of the NLI cache's "
+        "claims need them (the rule itself runs on the logged rationales)."]
+    examples = claim_examples(cell, per_case=per_case)
+    walk = pd.concat([explain_claims(r.rationale).assign(case=r.case, qid=r.qid, candidate=r.candidate)
+                      for r in examples.itertuples()], ignore_index=True)
+    walk = walk[["case", "qid", "candidate", "position", "sentence", "in_tail", "cues", "kept"]]
+    return cell, examples, walk, notes
+
+
+def rule_summary_units(summary: pd.DataFrame) -> list[str]:
+    """The unit of each row of :func:`claim_rule_summary` (a count of rationales, else a share)."""
+    return ["count" if q == "rationales" else "fraction" for q in summary["quantity"]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,13 +20,14 @@ from probeguard_core.scoring import (
     unanimous_layer_score,
 )
 from probeguard_core.tables.certification import certification_inputs
-from probeguard_core.tables.protocols import CellLike
+from probeguard_core.tables.protocols import CellLike, ReleaseLike
 
 ArrayLikeF = Sequence[float] | NDArray[Any] | pd.Series
 
 __all__ = [
-    "layer_certification_means", "release_layer_certificate", "theorem1_resampled",
-    "theorem1_synthetic", "violation_upper_bound", "whatif_coverage",
+    "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_audit",
+    "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
+    "whatif_coverage", "whatif_summary",
 ]
 
 
@@ -161,3 +163,97 @@ def layer_certification_means(cell: CellLike, alpha: float = 0.15, n_splits: int
 
 #: The old name of :func:`layer_certification_means` (it returns means over splits, not a certificate).
 release_layer_certificate = layer_certification_means
+
+
+# --------------------------------------------------------------------------- the what-if page
+@dataclass
+class WhatIf:
+    """The what-if page (:func:`whatif`): the simulated coverage table ``coverage``, the release's
+    own certified layer ``observed`` (NaN where the release cannot certify it) and notes."""
+
+    cell: CellLike
+    backbone: str
+    dataset: str
+    why: str | None
+    observed: dict[str, float]
+    simulated_backbone: str
+    coverage: pd.DataFrame
+    notes: list[tuple[str, str]]
+
+
+def whatif(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None, alpha: float = 0.15,
+           error_rates: Sequence[float] = (0.05, 0.10, 0.15, 0.25), cal_sizes: Sequence[int] = (50, 100, 200, 400),
+           n_population: int = 600, n_splits: int = 50, n_draws: int = 50, seed: int = SEED) -> WhatIf:
+    """The what-if chapter from any release: :func:`whatif_coverage` on layers simulated from the
+    release's generative model (the primary backbone's when the simulator has none for this one),
+    beside the release's own layer certified as in §4.4 (:func:`layer_certification_means`; NaN
+    and a note when :func:`tables.certification.uncertifiable`)."""
+    from probeguard_core.paper import BACKBONES
+    from probeguard_core.tables.certification import uncertifiable
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    why = uncertifiable(certification_inputs([cell]))
+    notes = []
+    if why:
+        notes.append(("Not in this release",
+                      f"{cell.label}: {why}; the release's own certified layer (the red star) needs them."))
+        obs = {k: float("nan") for k in ("base_error", "n_layer", "n_cal", "coverage_mean", "risk_mean")} | {"alpha": alpha}
+    else:
+        obs = layer_certification_means(cell, alpha=alpha, n_splits=n_splits, seed=seed)
+    # The simulator's generative model covers the paper's three backbones; another backbone's what-if
+    # uses the primary one's (the release's own layer is still this backbone's).
+    sim_backbone = backbone if backbone in BACKBONES else BACKBONES[0]
+    if sim_backbone != backbone:
+        notes.append(("Simulated backbone", f"the simulator has no generative model for {backbone}; the simulated "
+                                            f"layers below use {sim_backbone}'s."))
+    wi = whatif_coverage(error_rates, cal_sizes, alpha=alpha, n_population=n_population, n_draws=n_draws, seed=seed,
+                         backbone=sim_backbone)
+    return WhatIf(cell, backbone, dataset, why, obs, sim_backbone, wi, notes)
+
+
+def whatif_summary(coverage: pd.DataFrame, alpha: float) -> list[str]:
+    """One sentence per base error rate of a :func:`whatif_coverage` table: from which
+    calibration size half the draws certify, the best mean coverage and the violating draws."""
+    lines = []
+    for rate, part in coverage.groupby("base_error"):
+        best = part.loc[part["coverage_mean"].idxmax()]
+        first = part[part["certified_share"] >= 0.5]
+        side = "above" if rate > alpha else "at or below"
+        lines.append(f"base error {rate:.3f} ({side} α = {alpha}): certified in half the draws from n_cal = "
+                     f"{int(first['n_cal'].iloc[0]) if len(first) else 'none of the sizes tried'}; "
+                     f"best mean coverage {best['coverage_mean']:.3f} at n_cal = {int(best['n_cal'])}, "
+                     f"population risk {best['risk_mean']:.3f}; draws violating α: {int(part['violations'].sum())}")
+    return lines
+
+
+def theorem1_audit(rel: ReleaseLike, alphas: Sequence[float], dataset: str | None = None,
+                   backbone: str | None = None, n_draws: int = 2000, n_cal: int = 400, base_error: float = 0.05,
+                   slope: float = 0.40, delta: float = 0.05,
+                   seed: int = SEED) -> tuple[pd.DataFrame, list[str], int, str, str]:
+    """The Theorem 1 audit page from any release: :func:`theorem1_synthetic` and, when the
+    release's unanimous layer has certification scores, :func:`theorem1_resampled` of it; with
+    ``below_delta`` (the 95 % upper bound at or below delta). Returns the table, its notes, the
+    size of the resampled layer (its S1 questions with a certification score), the backbone and
+    the benchmark."""
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    layer = certification_inputs([cell])
+    layer = layer[(layer.stratum == "S1") & layer.score.notna()]
+    parts = [theorem1_synthetic(alphas, n_draws=n_draws, n_cal=n_cal, base_error=base_error, slope=slope, delta=delta,
+                                seed=seed)]
+    notes = []
+    if len(layer):
+        parts.append(theorem1_resampled(layer.score, layer.error, alphas, n_draws=n_draws, delta=delta, seed=seed))
+    else:
+        notes.append(f"{cell.label}: no unanimous question has a certification score (this release has no probe "
+                     "or NLI records for its unanimous layer); the resampled audit needs them, so only the "
+                     "synthetic audit is shown.")
+    audit = pd.concat(parts, ignore_index=True)
+    audit["below_delta"] = audit.upper_95 <= delta
+    return audit, notes, len(layer), backbone, dataset

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,13 +11,14 @@ import pandas as pd
 
 from probeguard_core.baselines import signal_table
 from probeguard_core.claims import extract_claims
-from probeguard_core.tables.protocols import CellLike
+from probeguard_core.tables.protocols import CellLike, ReleaseLike
 
 if TYPE_CHECKING:
     from probeguard_core.logs import ProbeRecord
 
 __all__ = [
-    "FIGURE1_COLUMNS", "case_details", "figure1_cases",
+    "CASE_DETAIL_COLUMNS", "FIGURE1_COLUMNS", "Figure1", "appendix_k", "case_details", "figure1",
+    "figure1_cases",
 ]
 
 
@@ -102,3 +104,66 @@ def _plurality(rec: ProbeRecord) -> str | None:
     if counts.empty or (len(counts) > 1 and counts.iloc[0] == counts.iloc[1]):
         return None
     return str(counts.index[0])
+
+
+@dataclass
+class Figure1:
+    """The Table 1 / Figure 1 page (:func:`figure1`): the two cases (empty, with their schema,
+    when the release cannot give them) and why they are missing."""
+
+    backbone: str
+    dataset: str
+    cell: CellLike
+    cases: pd.DataFrame
+    missing: str | None
+
+    @property
+    def notes(self) -> list[str]:
+        return [self.missing] if self.missing else []
+
+
+def figure1(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None) -> Figure1:
+    """Figure 1 from any release: :func:`figure1_cases` of the primary cell, or its empty schema
+    and the reason (no probe records, or no probed correct / wrong unanimous question)."""
+    from probeguard_core.tables.display import empty_table
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    try:
+        cases, missing = figure1_cases(cell), None
+    except ValueError as exc:  # no probe records, or no probed correct / wrong unanimous question
+        cases = empty_table(FIGURE1_COLUMNS, numeric=["kappa", "rse", "n_kept"])
+        missing = (f"this release has no probe records for {cell.label}; Figure 1 needs them (DESIGN 2.2)"
+                   if not cell.has("probe") else f"{exc}; Figure 1 needs counter-evidence probe records of both kinds")
+    return Figure1(backbone, dataset, cell, cases, missing)
+
+
+#: The tables of :func:`case_details` and their schemas (for a release that cannot give the cases).
+CASE_DETAIL_COLUMNS: dict[str, tuple[list[str], list[str]]] = {
+    "cases": ([*FIGURE1_COLUMNS, "options", "n_queries", "n_docs", "reanswer_plurality_is_gold"],
+              ["kappa", "rse", "n_kept", "options", "n_queries", "n_docs"]),
+    "options": (["case", "qid", "option", "text", "gold", "consensus"], []),
+    "panel": (["case", "qid", "candidate", "answer", "claims"], ["candidate"]),
+    "probe": (["case", "qid", "reanswer", "answer", "kept", "claims"], ["reanswer"]),
+    "queries": (["case", "qid", "kind", "index", "text"], ["index"]),
+}
+
+
+def appendix_k(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None,
+               arm: str = "counter_evidence") -> tuple[CellLike, dict[str, pd.DataFrame], str | None]:
+    """Appendix K from any release: :func:`case_details` of the primary cell, or every table
+    empty with its schema and the reason. Returns the cell, the tables and the reason (or None)."""
+    from probeguard_core.tables.display import empty_table
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    try:
+        return cell, case_details(cell, arm=arm), None
+    except ValueError as exc:  # no probe records, or no probed correct / wrong unanimous question
+        missing = (f"this release has no probe records for {cell.label}; Appendix K needs them (DESIGN 2.2)"
+                   if not cell.has("probe") else f"{exc}; Appendix K needs {arm} probe records of both kinds")
+        return cell, {k: empty_table(c, numeric=n) for k, (c, n) in CASE_DETAIL_COLUMNS.items()}, missing

@@ -29,8 +29,9 @@ from probeguard_core.tables.display import empty_table
 from probeguard_core.tables.protocols import CellLike, ReleaseLike
 
 __all__ = [
-    "certification_arms", "certification_inputs", "certification_long", "specialty_breakdown",
-    "uncertifiable",
+    "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8", "at_alphas",
+    "certification_arms", "certification_inputs", "certification_long", "figure4",
+    "specialty_breakdown", "specialty_label_counts", "stratified_summary", "table8", "uncertifiable",
 ]
 
 
@@ -335,3 +336,75 @@ def figure4(rel: ReleaseLike, dataset: str | None = None, backbone: str | None =
     beside["pooled"] = pl[pl.quantity == "certified_coverage"] if pl is not None else long.iloc[0:0]
     tables = {"certification_methods": methods, "alpha_sweep": sweep, "other_backbones": other, "pooled": pooled}
     return Figure4(backbone, dataset, cell.label, main, aug, why, arms, per_bb, tables, beside, notes, float(alpha))
+
+
+# --------------------------------------------------------------------------- the Table 8 page
+#: Columns of :func:`specialty_breakdown` (the schema of its empty stand-in).
+TABLE8_COLUMNS: tuple[str, ...] = ("backbone", "dataset", "alpha", "specialty", "n_unanimous", "unanimous_error",
+                                   "certified_coverage", "coverage_sd", "realized_risk", "n_risk_splits",
+                                   "violations", "shown")
+#: The Table 8 quantities shown beside the paper, with their units.
+TABLE8_QUANTITIES: dict[str, str] = {"n_unanimous": "count", "unanimous_error": "fraction",
+                                     "certified_coverage": "fraction", "realized_risk": "fraction"}
+
+
+@dataclass
+class Table8:
+    """The Table 8 page (:func:`table8`): the breakdown ``t8``, its long form beside the paper
+    ``long``, the omitted specialties, and notes on what the release lacks."""
+
+    cell: CellLike
+    backbone: str
+    dataset: str
+    t8: pd.DataFrame
+    long: pd.DataFrame
+    omitted: list[str]
+    n_labelled: int
+    why: str | None
+    notes: list[str]
+
+    @property
+    def omitted_line(self) -> str:
+        o = self.omitted
+        return (f"{len(o)} specialt{'y' if len(o) == 1 else 'ies'} with fewer unanimous questions than the threshold "
+                f"omitted: {', '.join(o) or 'none'}")
+
+
+def table8(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None, alpha: float = 0.15,
+           min_unanimous: int = 25, n_splits: int = 50, seed: int = SEED) -> Table8:
+    """Table 8 (Appendix I) from any release: :func:`specialty_breakdown` beside the paper, or its
+    empty schema and a note when the release cannot run the certified rule or has no specialty
+    labels."""
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    n_labelled = sum(g.specialty is not None for g in cell.logs)
+    why = uncertifiable(certification_inputs([cell]))
+    notes = []
+    cols = list(TABLE8_COLUMNS)
+    if why:
+        t8 = empty_table(cols, numeric=["alpha", *cols[4:11]])
+        t8.attrs["omitted"] = []
+        notes.append(f"{cell.label}: {why}; Table 8 deploys the certified rule of §4.4, which needs them.")
+    else:
+        t8 = specialty_breakdown(cell, alpha=alpha, n_splits=n_splits, seed=seed, min_unanimous=min_unanimous)
+    if not n_labelled:
+        notes.append(f"this release has no specialty labels for {cell.label}; Table 8 needs them (DESIGN 2.1 "
+                     "`specialty`), so only the whole layer is shown.")
+    long = t8.melt(id_vars=["backbone", "dataset", "alpha", "specialty", "shown"], value_vars=list(TABLE8_QUANTITIES),
+                   var_name="quantity", value_name="value")
+    long["unit"] = long["quantity"].map(TABLE8_QUANTITIES)
+    long = beside_paper(long, on=["backbone", "dataset", "specialty", "quantity"], source="Table 8")
+    return Table8(cell, backbone, dataset, t8, long, t8.attrs["omitted"], n_labelled, why, notes)
+
+
+def specialty_label_counts(cell: CellLike) -> pd.DataFrame:
+    """Appendix I's label counts of a cell: questions with a specialty label, and those of them
+    in the unanimous layer (quantities ``n_specialty_labelled``, ``n_specialty_unanimous``)."""
+    from probeguard_core.features import stratum
+
+    labelled = [g for g in cell.logs if g.specialty is not None]
+    return pd.DataFrame({"dataset": cell.dataset, "quantity": ["n_specialty_labelled", "n_specialty_unanimous"],
+                         "value": [len(labelled), sum(stratum(g) == "S1" for g in labelled)]})

@@ -21,6 +21,7 @@ from probeguard_core.paper import UNITS, display_label, format_beside
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
+    "absent_text", "HEADER_WORDS", "header", "show_notes",
     "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "TABLE_CLASS", "absent_note",
     "empty_table", "long_beside", "note", "placeholder_figure", "styled", "wide_beside",
 ]
@@ -81,15 +82,21 @@ def empty_table(columns: Sequence[str], numeric: Sequence[str] = ("value",)) -> 
     return pd.DataFrame({c: pd.Series(dtype=float if c in numeric else object) for c in columns})
 
 
-def absent_note(cells: Sequence[CellLike], needs: Mapping[str, str]) -> Any:
-    """One visible :func:`note` listing, for each artifact kind of ``needs`` (``{"probe": "Table 6"}``),
-    the cells of the release without it and what it is needed for; ``None`` when nothing is absent."""
+def absent_text(cells: Sequence[CellLike], needs: Mapping[str, str]) -> str | None:
+    """For each artifact kind of ``needs`` (``{"probe": "Table 6"}``), the cells of the release
+    without it and what it is needed for, as one sentence; ``None`` when nothing is absent."""
     lines = []
     for kind, what in needs.items():
         lack = [c.label for c in cells if not c.has(kind)]
         if lack:
             lines.append(f"this release has no {ARTIFACT_NAMES.get(kind, kind)} for {', '.join(lack)} (needed for {what})")
-    return note(". ".join(s[0].upper() + s[1:] for s in lines) + ".") if lines else None
+    return ". ".join(s[0].upper() + s[1:] for s in lines) + "." if lines else None
+
+
+def absent_note(cells: Sequence[CellLike], needs: Mapping[str, str]) -> Any:
+    """:func:`absent_text` as a visible :func:`note`; ``None`` when nothing is absent."""
+    text = absent_text(cells, needs)
+    return note(text) if text else None
 
 
 def _quantity_units() -> dict[str, str]:
@@ -140,17 +147,67 @@ def _uuid(frame: pd.DataFrame) -> str:
     return "pg" + hashlib.sha1(frame.to_csv().encode("utf-8")).hexdigest()[:10]
 
 
+#: Column headers in words (display only; the CSVs keep the code names).
+HEADER_WORDS: dict[str, str] = {
+    "backbone": "model", "dataset": "benchmark", "signal": "signal", "quantity": "quantity", "arm": "arm",
+    "stratum": "stratum", "alpha": "α", "value": "value", "ci_low": "95 % CI low", "ci_high": "95 % CI high",
+    "paper_source": "paper's source", "keep_auroc": "keep-rate AUROC", "n_cal": "calibration size",
+    "n_unanimous": "unanimous questions", "unanimous_error": "error in the layer",
+    "certified_coverage": "certified coverage", "coverage_sd": "coverage sd", "realized_risk": "realized risk",
+    "n_risk_splits": "splits with a risk", "violations": "violating splits", "coverage_mean": "coverage (mean)",
+    "risk_mean": "risk (mean)", "risk_sd": "risk sd", "n_certified": "certified splits", "n_splits": "splits",
+    "base_error": "base error", "certified_share": "certified draws", "error_rate": "error rate",
+    "n_defined": "defined for", "n_kept": "re-answers kept", "kappa": "κ", "rse": "RSE", "qid": "question id",
+}
+
+
+def header(column: Any) -> Any:
+    """A column header in words (:data:`HEADER_WORDS`, else underscores as spaces).
+
+    >>> header("ci_low"), header("n_boot_omitted")
+    ('95 % CI low', 'n boot omitted')
+    """
+    return HEADER_WORDS.get(column, column.replace("_", " ")) if isinstance(column, str) else column
+
+
+def _is_text(col: pd.Series) -> bool:
+    """A displayed column of words rather than numbers (left-aligned)."""
+    def numeric(v: Any) -> bool:
+        t = str(v).strip().rstrip("%").replace("−", "-").replace("+", "").replace(" pp", "")
+        if t in ("", "–", "yes", "no"):
+            return True
+        try:
+            float(t)
+        except ValueError:
+            return False
+        return True
+
+    return not all(numeric(v) for v in col)
+
+
 def _style(frame: pd.DataFrame, classes: pd.DataFrame | None, extra_class: str = "", hide_index: bool = False) -> Any:
     sty = frame.style
     sty.set_uuid(_uuid(frame))
     sty.set_table_attributes(f'class="{" ".join(filter(None, (TABLE_CLASS, extra_class)))}"')
     if classes is not None:
         sty.set_td_classes(classes)
+    _words_left(sty, frame)
     if hide_index:
         sty.hide(axis="index")
     else:
         sty.hide(axis="index", names=True)
     return sty
+
+
+def _words_left(sty: Any, frame: pd.DataFrame) -> None:
+    """Text columns and row labels left-aligned; plain column headers in words."""
+    text = [c for i, c in enumerate(frame.columns) if _is_text(frame.iloc[:, i])]
+    if text and frame.columns.is_unique:
+        sty.set_properties(subset=text, **{"text-align": "left"})
+    if len(frame):
+        sty.map_index(lambda v: "text-align: left;", axis="index")
+    if not isinstance(frame.columns, pd.MultiIndex):
+        sty.relabel_index([str(header(c)) for c in frame.columns], axis="columns")
 
 
 def _nested_order(keys: pd.DataFrame, cols: list[str]) -> list[tuple[Any, ...]]:
@@ -283,6 +340,18 @@ def styled(df: pd.DataFrame, *, units: str | Mapping[str, str] | None = None,
     sty = out.style
     sty.set_uuid(_uuid(out))
     sty.set_table_attributes(f'class="{TABLE_CLASS}"')
+    _words_left(sty, out)
     if not index:
         sty.hide(axis="index")
     return sty
+
+
+def show_notes(texts: Sequence[str | tuple[str, str] | None], title: str = "Not in this release") -> None:
+    """Display one :func:`note` per text (nothing when ``texts`` is empty): what a builder
+    reports the release lacks, so a notebook never branches on it. An entry may be a
+    ``(title, text)`` pair; a ``None`` entry (nothing lacking) shows nothing."""
+    from IPython.display import display
+
+    for entry in filter(None, texts):
+        t, text = entry if isinstance(entry, tuple) else (title, entry)
+        display(note(text, t))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,14 +21,16 @@ from probeguard_core.rse import hard_se_score, hard_semantic_entropy, rationale_
 from probeguard_core.scoring import (
     zscore,
 )
-from probeguard_core.tables.discrimination import layer_discrimination
 from probeguard_core.tables.display import empty_table
-from probeguard_core.tables.protocols import CellLike
+from probeguard_core.tables.protocols import CellLike, ReleaseLike
 from probeguard_core.tables.scores import flip_rows, rse_keep_score, s1_correct
+from probeguard_core.tables.signals import layer_discrimination
 
 __all__ = [
-    "CONTROL_ARMS", "LAYER_TABLE_SIGNALS", "flip_rates", "hard_soft_scores", "hard_soft_table",
-    "layer_scores", "probe_arm_table", "unanimous_layer_table",
+    "CONTROL_ARMS", "HARD_SOFT_COLUMNS", "LAYER_TABLE_SIGNALS", "PageTables", "TABLE6_COLUMNS",
+    "figure3_ranges", "flip_rates", "hard_soft_page", "hard_soft_scores", "hard_soft_table",
+    "layer_scores", "probe_arm_table", "table6_page", "unanimous_layer_page",
+    "unanimous_layer_table",
 ]
 
 
@@ -223,3 +226,116 @@ def hard_soft_table(cell: CellLike, threshold: float = 0.5) -> pd.DataFrame:
     rows.append({**base, "signal": "hard_se", "quantity": "saturated_share",
                  "value": float(sc["saturated"].mean()) if len(sc) else math.nan, "unit": "fraction"})
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- page builders
+#: Columns of :func:`probe_arm_table` (its empty stand-in) and of :func:`hard_soft_table`.
+TABLE6_COLUMNS: tuple[str, ...] = ("backbone", "dataset", "stratum", "arm", "quantity", "value", "k", "n", "ci_low",
+                                   "ci_high", "n_boot_omitted")
+HARD_SOFT_COLUMNS: tuple[str, ...] = ("backbone", "dataset", "stratum", "n", "n_layer", "signal", "quantity", "value",
+                                      "unit")
+
+
+@dataclass
+class PageTables:
+    """What one page shows: its tables (CSV name -> table, each with its schema even when the
+    release lacks its inputs), the choices it made, and notes on what the release lacks."""
+
+    backbone: str
+    datasets: list[str]
+    cells: list[CellLike]
+    tables: dict[str, pd.DataFrame]
+    notes: list[str]
+    missing: str | None = None
+
+
+def _picked(rel: ReleaseLike, backbone: str | None, datasets: Sequence[str] | None,
+            design: Sequence[str]) -> tuple[str, list[str]]:
+    from probeguard_core.tables.picking import pick_backbone, pick_datasets
+
+    backbone = pick_backbone(rel, backbone)
+    return backbone, list(pick_datasets(rel, datasets, backbone, design=list(design)))
+
+
+def unanimous_layer_page(rel: ReleaseLike, datasets: Sequence[str] | None = None,
+                         backbone: str | None = None) -> PageTables:
+    """§4.3 from any release: :func:`unanimous_layer_table` of the primary backbone's benchmarks
+    beside the paper (``tables["unanimous_layer"]``), with a note on the artifacts it lacks."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.display import absent_text
+
+    backbone, datasets = _picked(rel, backbone, datasets, ["medqa", "mmlu_pro_med", "medmcqa"])
+    cells = [rel.cell(d, backbone) for d in datasets]
+    why = absent_text(cells, {"probe": "the keep rate κ and z(κ)+z(RSE)", "nli": "RSE and z(κ)+z(RSE)",
+                              "self_report": "P(True) and verbalized confidence"})
+    layer = beside_paper(unanimous_layer_table(cells), on=["backbone", "dataset", "quantity", "signal"], source="§4.3")
+    return PageTables(backbone, datasets, cells, {"unanimous_layer": layer}, [why] if why else [])
+
+
+def figure3_ranges(flips: pd.DataFrame, datasets: Sequence[str], backbone: str) -> pd.DataFrame:
+    """§4.3's ranges over Figure 3's design: min / max flip rates of the primary backbone's cells
+    and min / max keep-rate AUROC over all cells, beside the paper."""
+    from probeguard_core.paper import beside_paper
+
+    fig3 = flips[flips["dataset"].isin(datasets)]
+    prim = fig3[fig3["backbone"] == backbone]
+    rows = []
+    for q in ("flip_wrong", "flip_right"):
+        v = prim.loc[prim["quantity"] == q, "value"]
+        rows += [{"backbone": backbone, "quantity": f"{q}_min", "value": v.min()},
+                 {"backbone": backbone, "quantity": f"{q}_max", "value": v.max()}]
+    ranges = beside_paper(pd.DataFrame(rows), on=["backbone", "quantity"], source="§4.3", arm="counter_evidence",
+                          dataset=None)
+    auc = fig3.drop_duplicates(["backbone", "dataset"])["keep_auroc"]
+    auc_rng = beside_paper(pd.DataFrame({"quantity": ["auroc_min", "auroc_max"], "value": [auc.min(), auc.max()]}),
+                           on=["quantity"], source="Figure 3", signal="keep_rate")
+    return pd.concat([ranges, auc_rng.assign(backbone="")], ignore_index=True)
+
+
+def table6_page(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None, n_boot: int = 2000,
+                seed: int = SEED) -> PageTables:
+    """Table 6 (Appendix G) from any release: flip rates per arm (``tables["table6"]``) and the
+    paired bootstrap of the asymmetry (``tables["table6_asymmetry"]``), beside the paper; empty
+    with their schema and a note without counter-evidence (or control-arm) probe records."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.display import empty_table
+    from probeguard_core.tables.picking import pick_backbone, pick_dataset
+
+    backbone = pick_backbone(rel, backbone)
+    dataset = pick_dataset(rel, dataset, backbone)
+    cell = rel.cell(dataset, backbone)
+    notes = []
+    cols = list(TABLE6_COLUMNS)
+    if cell.probe_by_arm("counter_evidence"):
+        t6, missing = probe_arm_table(cell, n_boot=n_boot, seed=seed), None
+    else:
+        t6 = empty_table(cols, numeric=cols[5:])
+        missing = f"this release has no counter-evidence probe records for {cell.label}; Table 6 needs them (DESIGN 2.2)"
+        notes.append(missing)
+    arms_present = sorted({r.arm for r in (cell.probe or [])})
+    if not missing and not set(CONTROL_ARMS) & set(arms_present):
+        notes.append(f"this release has no control-arm probe records for {cell.label} (only {', '.join(arms_present)}); "
+                     "Table 6's control rows and the paired bootstrap need them.")
+    key = ["backbone", "dataset", "arm", "quantity"]
+    flips = beside_paper(t6[t6["quantity"].str.startswith("flip")].reset_index(drop=True), on=key, source="Table 6")
+    asym = beside_paper(t6[t6["quantity"].str.startswith("asymmetry")].reset_index(drop=True), on=key,
+                        source="Appendix G")
+    return PageTables(backbone, [dataset], [cell], {"table6": flips, "table6_asymmetry": asym}, notes, missing)
+
+
+def hard_soft_page(rel: ReleaseLike, datasets: Sequence[str] | None = None, backbone: str | None = None,
+                   threshold: float = 0.5) -> PageTables:
+    """§5.1 from any release: :func:`hard_soft_table` of each primary benchmark with NLI records,
+    beside the paper (``tables["hard_vs_soft"]``); a note for those without."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.display import absent_text, empty_table
+
+    backbone, datasets = _picked(rel, backbone, datasets, ["medqa", "mmlu_pro_med"])
+    why = absent_text([rel.cell(d, backbone) for d in datasets], {"nli": "§5.1, whose two scores both come from "
+                                                                         "the NLI cache"})
+    cells = [rel.cell(d, backbone) for d in datasets if rel.cell(d, backbone).has("nli")]
+    cols = list(HARD_SOFT_COLUMNS)
+    hs = (pd.concat([hard_soft_table(c, threshold) for c in cells], ignore_index=True) if cells
+          else empty_table(cols, numeric=["n", "n_layer", "value"]))
+    hs = beside_paper(hs, on=["backbone", "dataset", "quantity", "signal"], source="§5.1", stratum="S1")
+    return PageTables(backbone, datasets, cells, {"hard_vs_soft": hs}, [why] if why else [])

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from probeguard_core import SEED
 from probeguard_core import metrics as M
 from probeguard_core.features import (
     converged,
@@ -22,11 +24,13 @@ from probeguard_core.features import (
 if TYPE_CHECKING:
     from probeguard_core.logs import QuestionLog
 
+from probeguard_core.tables.protocols import ReleaseLike
 from probeguard_core.tables.scores import defined_metric
 
 __all__ = [
-    "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "agreement_by_round",
-    "concluding_round_table", "discrimination", "layer_discrimination", "risk_coverage_curves",
+    "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Table5", "Tables23",
+    "agreement_by_round", "concluding_round_table", "discrimination", "layer_discrimination",
+    "risk_coverage_curves", "table5", "tables_2_3",
 ]
 
 
@@ -138,3 +142,75 @@ def concluding_round_table(logs: Sequence[QuestionLog]) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         df["error_rate"] = np.where(df["n"] > 0, df["n_errors"] / df["n"].clip(lower=1), np.nan)
     return df
+
+
+# --------------------------------------------------------------------------- the Tables 2 and 3 page
+@dataclass
+class Tables23:
+    """The Tables 2 and 3 page (:func:`tables_2_3`): both tables beside the paper, the cells the
+    design asks for that the release lacks, and notes."""
+
+    backbone: str
+    datasets: list[str]
+    backbones: list[str]
+    table2: pd.DataFrame
+    table3: pd.DataFrame
+    missing: list[tuple[str, str]]
+    notes: list[str]
+
+
+def tables_2_3(rel: ReleaseLike, datasets: Sequence[str] | None = None, backbone: str | None = None,
+               backbones: Sequence[str] | None = None, table3_datasets: Sequence[str] | None = None,
+               seed: int = SEED) -> Tables23:
+    """Tables 2 and 3 (§4.2) from any release: :func:`discrimination` of every signal on the
+    primary backbone's benchmarks (Table 2) and of the process score against terminal agreement
+    on every backbone (Table 3), each beside the paper (:func:`paper.beside_paper`)."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.picking import pick_backbone, pick_backbones, pick_datasets
+    from probeguard_core.tables.scores import cell_scores
+
+    backbone = pick_backbone(rel, backbone)
+    datasets = pick_datasets(rel, datasets, backbone, design=["medqa", "mmlu_pro_med", "medmcqa"])
+    backbones = pick_backbones(rel, backbones)
+    table3_datasets = pick_datasets(rel, table3_datasets, design=["medqa", "mmlu_pro_med"])
+    wanted = list(dict.fromkeys([(backbone, d) for d in datasets] + [(b, d) for b in backbones for d in table3_datasets]))
+    scores = {(b, d): cell_scores(rel.cell(d, b), seed=seed) for b, d in wanted if rel.has_cell(d, b)}
+    missing = [k for k in wanted if k not in scores]
+    notes = [f"this release has no cell for {', '.join(f'{b} / {d}' for b, d in missing)}"] if missing else []
+    if len(backbones) < 2:
+        notes.append(f"this release has a single backbone ({backbones[0]}); Table 3 compares the process score "
+                     "with terminal agreement across backbones, so it shows only that one.")
+    t2 = discrimination({k: v for k, v in scores.items() if k[0] == backbone and k[1] in datasets})
+    t2 = beside_paper(t2, on=["backbone", "dataset", "signal", "quantity"], source="Table 2")
+    t3 = discrimination({k: v for k, v in scores.items() if k[1] in table3_datasets},
+                        signals=["process_score", "terminal_agreement"])
+    t3 = beside_paper(t3, on=["backbone", "dataset", "signal", "quantity"], source="Table 3")
+    return Tables23(backbone, list(datasets), list(backbones), t2, t3, missing, notes)
+
+
+@dataclass
+class Table5:
+    """The Table 5 / Figure 5 page (:func:`table5`): per-cell scores and Table 5 beside the paper."""
+
+    backbone: str
+    backbones: list[str]
+    datasets: list[str]
+    scores: dict[tuple[str, str], pd.DataFrame]
+    table5: pd.DataFrame
+
+
+def table5(rel: ReleaseLike, datasets: Sequence[str] | None = None, backbone: str | None = None,
+           backbones: Sequence[str] | None = None, seed: int = SEED) -> Table5:
+    """Table 5 (Appendix F) from any release: :func:`discrimination` of every signal on every
+    (backbone, benchmark) cell the release has, beside the paper; cells it lacks are left out."""
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.picking import pick_backbone, pick_backbones, pick_datasets
+    from probeguard_core.tables.scores import cell_scores
+
+    backbone = pick_backbone(rel, backbone)
+    backbones = pick_backbones(rel, backbones)
+    datasets = pick_datasets(rel, datasets, design=["medqa", "mmlu_pro_med", "medmcqa"])
+    scores = {(b, d): cell_scores(rel.cell(d, b), seed=seed)
+              for b in backbones for d in datasets if rel.has_cell(d, b)}
+    t5 = beside_paper(discrimination(scores), on=["backbone", "dataset", "signal", "quantity"], source="Table 5")
+    return Table5(backbone, list(backbones), list(datasets), scores, t5)
