@@ -476,5 +476,5 @@ def test_page_builders_own_what_a_release_lacks(tmp_path) -> None:
     assert hs.tables["hard_vs_soft"].empty and hs.notes
     cell, k, why = tables.appendix_k(rel)
     assert why and all(k[n].empty for n in ("cases", "options", "panel", "probe", "queries"))
-    audit, notes = tables.theorem1_audit(rel, [0.15], n_draws=10)
-    assert set(audit.source) == {"synthetic"} and notes
+    audit, notes, n_layer, _, _ = tables.theorem1_audit(rel, [0.15], n_draws=10)
+    assert set(audit.source) == {"synthetic"} and notes and n_layer == 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,7 +70,22 @@ def singlehtml(root: Path, config: Path | None = None, toc: Path | None = None, 
     if proc.returncode != 0 or not index.is_file():
         tail = (proc.stdout + proc.stderr)[-4000:]
         raise PDFError(f"single-page build failed (exit {proc.returncode}):\n{tail}")
-    return index
+    return _follow_redirect(index)
+
+
+def _follow_redirect(index: Path) -> Path:
+    """Jupyter Book's ``index.html`` only redirects (``<meta http-equiv="Refresh">``) to the root
+    page, which in a single-page build holds the whole book but links its styles, scripts and
+    images relative to the build's root: a copy of it at the root (``book.html``) is what prints."""
+    m = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', index.read_text(encoding="utf-8"))
+    if not m:
+        return index
+    target = (index.parent / m.group(1)).resolve()
+    if not target.is_file():
+        raise PDFError(f"{index} redirects to {m.group(1)}, which the single-page build did not write")
+    page = index.parent / "book.html"
+    page.write_text(target.read_text(encoding="utf-8"), encoding="utf-8")
+    return page
 
 
 def print_to_pdf(page: Path, out: Path, chromium: str | None = None, budget_ms: int = 30_000,

@@ -6,7 +6,9 @@
   (``<outdir>/book/_generated/<name>/``), so every link resolves in the HTML build, offline.
 * **Icon fonts offline.** Chromium refuses fonts that a ``file://`` page loads from a file (the
   CORS rule for ``file://``), so the theme's Font Awesome ``@font-face`` fonts are inlined into its
-  stylesheet as ``data:`` URIs after the build: the book works from a folder or a zip.
+  stylesheet as ``data:`` URIs after the build, and the pages' ``<link rel="preload" as="font"
+  crossorigin>`` hints (a CORS request, refused from ``file://``) are dropped: the book works
+  from a folder or a zip.
 * **Departures link.** The provenance banner of every page links the page "This release
   beside the paper" (``book/_generated/departures``) when the build has it.
 
@@ -118,11 +120,25 @@ def inline_fonts(css: Path) -> int:
     return count
 
 
+_FONT_PRELOAD = re.compile(r'[ \t]*<link rel="preload" as="font"[^>]*crossorigin[^>]*>\n?')
+
+
+def drop_font_preloads(page: Path) -> bool:
+    """Remove the font preload hints of one HTML page; True when it had any."""
+    text = page.read_text(encoding="utf-8")
+    new = _FONT_PRELOAD.sub("", text)
+    if new != text:
+        page.write_text(new, encoding="utf-8")
+    return new != text
+
+
 def _inline_theme_fonts(app: Any, exc: Exception | None) -> None:
     if exc is not None or app.builder.format != "html":
         return
     for css in sorted((Path(app.outdir) / "_static" / "vendor").glob("fontawesome/*/css/*.css")):
         inline_fonts(css)
+    for page in sorted(Path(app.outdir).rglob("*.html")):
+        drop_font_preloads(page)
 
 
 def setup(app: Any) -> dict[str, Any]:

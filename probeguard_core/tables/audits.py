@@ -233,10 +233,13 @@ def whatif_summary(coverage: pd.DataFrame, alpha: float) -> list[str]:
 
 def theorem1_audit(rel: ReleaseLike, alphas: Sequence[float], dataset: str | None = None,
                    backbone: str | None = None, n_draws: int = 2000, n_cal: int = 400, base_error: float = 0.05,
-                   slope: float = 0.40, delta: float = 0.05, seed: int = SEED) -> tuple[pd.DataFrame, list[str]]:
+                   slope: float = 0.40, delta: float = 0.05,
+                   seed: int = SEED) -> tuple[pd.DataFrame, list[str], int, str, str]:
     """The Theorem 1 audit page from any release: :func:`theorem1_synthetic` and, when the
     release's unanimous layer has certification scores, :func:`theorem1_resampled` of it; with
-    ``below_delta`` (the 95 % upper bound at or below delta). Returns the table and its notes."""
+    ``below_delta`` (the 95 % upper bound at or below delta). Returns the table, its notes, the
+    size of the resampled layer (its S1 questions with a certification score), the backbone and
+    the benchmark."""
     from probeguard_core.tables.picking import pick_backbone, pick_dataset
 
     backbone = pick_backbone(rel, backbone)
@@ -255,4 +258,4 @@ def theorem1_audit(rel: ReleaseLike, alphas: Sequence[float], dataset: str | Non
                      "synthetic audit is shown.")
     audit = pd.concat(parts, ignore_index=True)
     audit["below_delta"] = audit.upper_95 <= delta
-    return audit, notes
+    return audit, notes, len(layer), backbone, dataset

@@ -204,7 +204,8 @@ def _words_left(sty: Any, frame: pd.DataFrame) -> None:
     text = [c for i, c in enumerate(frame.columns) if _is_text(frame.iloc[:, i])]
     if text and frame.columns.is_unique:
         sty.set_properties(subset=text, **{"text-align": "left"})
-    sty.map_index(lambda v: "text-align: left;", axis="index")
+    if len(frame):
+        sty.map_index(lambda v: "text-align: left;", axis="index")
     if not isinstance(frame.columns, pd.MultiIndex):
         sty.relabel_index([str(header(c)) for c in frame.columns], axis="columns")
 
