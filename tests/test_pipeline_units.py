@@ -64,7 +64,10 @@ def test_parse_queries_order_dedupe_limit():
     ("<confidence>10</confidence> <confidence>90</confidence>", 90.0),
 ])
 def test_parse_confidence(text, expected):
-    assert parse_confidence(text) == expected
+    assert parse_confidence(text, tag="confidence") == expected  # v1's tag
+    v2 = text.replace("confidence>", "conf>")
+    assert parse_confidence(v2) == expected  # v2 (the paper): <conf>N</conf>
+    assert parse_confidence(v2, tag="confidence") is None  # the other version's tag is not read
 
 
 def test_p_true_variants_and_fallback():
@@ -92,12 +95,16 @@ def test_generation_aggregates():
 
 
 def test_templates_render_strictly():
-    assert {"system_answer", "user_round1", "user_round_next", "system_query", "user_query", "user_probe_devil",
-            "user_probe_instruction_only", "user_probe_neutral", "user_counter_query", "system_counter_query",
-            "user_verbalized_confidence", "user_p_true", "system_self_report"} <= set(template_names())
-    assert "do not change your answer unless the evidence genuinely warrants it" in load_template("user_probe_devil")
-    assert "do not change your answer unless the evidence genuinely warrants it" in load_template("user_probe_instruction_only")
-    assert "devil" not in load_template("user_probe_neutral")
+    common = {"system_answer", "user_round1", "user_round_next", "system_query", "user_query", "user_probe_devil",
+              "user_probe_instruction_only", "user_probe_neutral", "user_counter_query", "system_counter_query",
+              "user_verbalized_confidence", "user_p_true"}
+    assert common | {"system_verbalized_confidence", "system_p_true"} == set(template_names())
+    assert common | {"system_self_report"} == set(template_names("v1"))
+    key = "do not change your answer unless the evidence genuinely warrants it"
+    for v in ("v1", "v2"):
+        assert key in load_template("user_probe_devil", v).replace("\n", " ")
+        assert key in load_template("user_probe_instruction_only", v).replace("\n", " ").lower()
+        assert "devil" not in load_template("user_probe_neutral", v)
     nxt = load_template("user_round_next")
     assert "lower entropy" in nxt and "cannot accurately reflect" in nxt
     out = render("user_round1", question="Q {{x}}", options="A. a")

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from probeguard_core import SEED
+from probeguard_core.pipeline.templates import PROMPT_VERSION, PROMPT_VERSIONS
 
 
 def _engine(args: argparse.Namespace):
@@ -48,7 +49,8 @@ def _substrate(args: argparse.Namespace) -> int:
     questions = _select(load_questions(args.questions, dataset=args.dataset_key or args.dataset), args.limit)
     cfg = SubstrateConfig(dataset=args.dataset, backbone=args.backbone or args.model, n_candidates=args.n,
                           max_rounds=args.rounds, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                          query_max_new_tokens=args.query_max_new_tokens, seed=args.seed)
+                          query_max_new_tokens=args.query_max_new_tokens, seed=args.seed,
+                          prompt_version=args.prompt_version)
     retriever = _retriever(args) if args.rounds > 1 else None
     batch = args.batch_size or (64 if args.engine == "vllm" else 1)
     out = run_substrate(questions, _engine(args), retriever, args.out, cfg, batch_size=batch,
@@ -63,7 +65,8 @@ def _probe(args: argparse.Namespace) -> int:
 
     logs = _select(read_logs(args.logs), args.limit)
     cfg = ProbeConfig(n_candidates=args.n, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                      query_max_new_tokens=args.query_max_new_tokens, seed=args.seed, arms=tuple(args.arms))
+                      query_max_new_tokens=args.query_max_new_tokens, seed=args.seed, arms=tuple(args.arms),
+                      prompt_version=args.prompt_version)
     out = run_probe(logs, _engine(args), _retriever(args), args.out, cfg, reproducible=args.reproducible,
                     progress=not args.no_progress)
     print(f"probe: wrote {out}")
@@ -88,7 +91,7 @@ def _self_report(args: argparse.Namespace) -> int:
 
     logs = _select(read_logs(args.logs), args.limit)
     out = run_self_report(logs, _engine(args), args.out, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                          progress=not args.no_progress)
+                          prompt_version=args.prompt_version, progress=not args.no_progress)
     print(f"self-report: wrote {out}")
     return 0
 
@@ -116,6 +119,8 @@ def _common(p: argparse.ArgumentParser, *, llm: bool) -> None:
         p.add_argument("--top-k", type=int, default=0, help="0 = off (pure temperature sampling)")
         p.add_argument("--top-p", type=float, default=1.0)
         p.add_argument("--seed", type=int, default=SEED)
+        p.add_argument("--prompt-version", choices=list(PROMPT_VERSIONS), default=PROMPT_VERSION,
+                       help="prompt templates (v2: the paper's Appendix A; v1: the first paraphrases)")
         p.add_argument("--reproducible", action="store_true",
                        help="inline cost = null, cost in <out>.cost.jsonl: outputs byte-identical across runs")
 

@@ -109,6 +109,12 @@ def round_claims(log: QuestionLog, t: int) -> tuple[list[int], list[str]]:
     return idx, [" ".join(extract_claims(rnd.candidates[i].rationale)) for i in idx]
 
 
+def _provenance(log: QuestionLog) -> dict[str, str]:
+    """The prompt version (and substrate profile) of the log the claims come from, when it names them."""
+    extra = log.model_extra or {}
+    return {k: extra[k] for k in ("prompt_version", "substrate_profile") if k in extra}
+
+
 def _question_records(log: QuestionLog, scorer: NLIScorer, which: str, model_name: str) -> list[NLIRecord]:
     per_round = [(t, *round_claims(log, t)) for t in rounds_needed(log, which)]
     per_round = [r for r in per_round if r[1]]  # rounds without a non-null answer: nothing to score
@@ -126,7 +132,7 @@ def _question_records(log: QuestionLog, scorer: NLIScorer, which: str, model_nam
         n = len(claims)
         mat = [[1.0 if i == j else float(prob[(claims[i], claims[j])]) for j in range(n)] for i in range(n)]
         recs.append(NLIRecord(schema_version=1, qid=log.qid, dataset=log.dataset, backbone=log.backbone, round=t,
-                              model=model_name, candidates=idx, claims=claims, entailment=mat))
+                              model=model_name, candidates=idx, claims=claims, entailment=mat, **_provenance(log)))
     return recs
 
 

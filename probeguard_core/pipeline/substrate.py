@@ -172,6 +172,7 @@ def _record(s: _State, cfg: SubstrateConfig, reproducible: bool) -> QuestionLog:
         schema_version=1, qid=str(q.qid), dataset=cfg.dataset, backbone=cfg.backbone, question=q.question,
         options=dict(q.options), gold=q.gold, specialty=getattr(q, "specialty", None),
         n_candidates=cfg.n_candidates, max_rounds=cfg.max_rounds, rounds=s.rounds, cost=cost,
+        prompt_version=cfg.prompt_version,
     )
 
 
