@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 from types import SimpleNamespace
 
@@ -169,3 +170,33 @@ def test_append_only_truncates_partial_line_and_rejects_bad_lines(tmp_path, caps
         AppendOnlyJsonl(p, read_self_report, key=lambda r: r.qid)
     with pytest.raises(ValueError, match="plain .jsonl"):
         AppendOnlyJsonl(tmp_path / "x.jsonl.gz", read_self_report, key=lambda r: r.qid)
+
+
+def test_hyperparameters_are_the_one_source():
+    """Table 9 lives in data/hyperparameters.yaml; configs, retrieval, NLI and the CLI read it."""
+    from probeguard_core import SEED
+    from probeguard_core.cli import pipeline as cli
+    from probeguard_core.pipeline import nli_run, retrieval
+    from probeguard_core.pipeline.hyperparameters import hp, table9_rows
+    from probeguard_core.pipeline.probe_run import ProbeConfig
+    from probeguard_core.pipeline.substrate import SubstrateConfig
+
+    rows = table9_rows()
+    assert [r[1] for r in rows] == ["Panel size N", "Maximum rounds T", "Candidate temperature",
+                                    "Candidate max new tokens", "Query temperature (thinking mode)", "BM25 (k1, b)",
+                                    "Candidates per query", "Kept after reranking", "Documents per round",
+                                    "NLI input limit (tokens)", "Classifier", "Cross-validation folds",
+                                    "Random seed (all stages)"]
+    assert ("Retrieval", "BM25 (k1, b)", "(0.9, 0.4)") in rows
+    cfg = SubstrateConfig(dataset="d", backbone="b")
+    assert (cfg.n_candidates, cfg.max_rounds, cfg.temperature, cfg.max_new_tokens) == (8, 8, 0.7, 2048)
+    assert cfg.n_candidates == hp("consensus_generation", "n_candidates")
+    assert ProbeConfig().temperature == hp("consensus_generation", "temperature")
+    assert (retrieval.K1, retrieval.B, retrieval.CANDIDATES_PER_QUERY, retrieval.KEEP_PER_QUERY,
+            retrieval.MAX_DOCS) == (0.9, 0.4, 32, 2, 8)
+    assert nli_run.MAX_LENGTH == hp("rationale_scoring", "nli_max_length") == 256
+    assert SEED == hp("rationale_scoring", "seed")
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["substrate", "--questions", "q", "--dataset", "d", "--model", "m", "--out", "o"])
+    assert (args.n, args.rounds, args.temperature) == (8, 8, 0.7)

@@ -36,12 +36,13 @@ from probeguard_core.features import answer_shares, modal_answer
 from probeguard_core.logs import NLIRecord, QuestionLog, read_nli
 from probeguard_core.pipeline.engines import load_sequence_classifier
 
+from .hyperparameters import hp
 from .runio import AppendOnlyJsonl, check_run_config
 
 __all__ = ["NLIScorer", "run_nli", "entailment_label_id", "round_claims", "DEFAULT_NLI_MODEL", "rounds_needed"]
 
-DEFAULT_NLI_MODEL = "microsoft/deberta-large-mnli"
-MAX_LENGTH = 256
+DEFAULT_NLI_MODEL = hp("rationale_scoring", "nli_model")  # data/hyperparameters.yaml
+MAX_LENGTH = hp("rationale_scoring", "nli_max_length")  # Table 9: NLI input limit
 
 
 def entailment_label_id(config) -> int:

@@ -34,6 +34,7 @@ from probeguard_core import SEED
 from probeguard_core.logs import ARMS, Cost, ProbeRecord, QuestionLog, read_probe
 
 from .engines import Engine
+from .hyperparameters import hp
 from .parsing import QueryParse, format_options, parse_counter_queries
 from .retrieval import IndexedDoc, Retriever, format_documents
 from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
@@ -50,14 +51,17 @@ _USER_TEMPLATE = {
 }
 
 
+_G = "consensus_generation"  # the probe re-answers with the substrate's generation settings
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     #: re-answers per arm; ``None`` = the log's N (DESIGN 2.2 requires N re-answers)
     n_candidates: int | None = None
-    temperature: float = 0.7
-    max_new_tokens: int = 2048
-    query_max_new_tokens: int = 8192
-    logprobs: int = 20
+    temperature: float = hp(_G, "temperature")
+    max_new_tokens: int = hp(_G, "max_new_tokens")
+    query_max_new_tokens: int = hp(_G, "query_max_new_tokens")
+    logprobs: int = hp(_G, "logprobs")
     seed: int = SEED
     arms: tuple[str, ...] = ARMS
     prompt_version: str = PROMPT_VERSION

@@ -29,6 +29,7 @@ from probeguard_core.features import final_answer
 from probeguard_core.logs import QuestionLog, SelfReport, read_self_report
 
 from .engines import Engine
+from .hyperparameters import hp
 from .parsing import format_options, parse_confidence
 from .runio import AppendOnlyJsonl, check_run_config, derive_seed
 from .templates import PROMPT_VERSION, chat_messages, prompt_format
@@ -52,7 +53,8 @@ def _messages(log: QuestionLog, answer: str, purpose: str, version: str) -> list
                          answer=f"{answer}. {log.options[answer]}")
 
 
-def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path, *, max_new_tokens: int = 512,
+def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path, *,
+                    max_new_tokens: int = hp("self_report", "max_new_tokens"),
                     seed: int = SEED, prompt_version: str = PROMPT_VERSION, progress: bool = True) -> Path:
     """Elicit both self-reports for every log; appends DESIGN 2.3 records to ``out`` (resumable)."""
     check_run_config(out, {"stage": "self_report", "engine": type(engine).__name__, "model": engine.name,
