@@ -46,7 +46,7 @@ def test_batched_equals_per_question(tmp_path, monkeypatch):
     assert res["per_question"]["self_report"] == res["batched"]["self_report"]
     recs = read_probe(tmp_path / "runs" / "batched" / "probe.jsonl", logs)
     n_probed = len({r.qid for r in recs})
-    assert n_probed >= 4 and len(recs) == 4 * n_probed
+    assert n_probed >= 2 and len(recs) == 4 * n_probed
     # batched: one call per pass - counter-queries, the three first-pass arms, irrelevant docs,
     # then the two self-report passes; per question: every call holds one prompt
     batched = engine.sizes[-7:]
