@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import tiny_models as tm
+
     from probeguard_core.cli import main as cli
     from probeguard_core.logs import read_logs
     from probeguard_core.pipeline.batching_check import run_both

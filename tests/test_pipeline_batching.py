@@ -4,8 +4,8 @@ of one question per call (tiny random Qwen3 on CPU; transformers engine).  Never
 from __future__ import annotations
 
 import pytest
-
 import tiny_models as tm
+
 from probeguard_core.cli import main
 from probeguard_core.logs import read_logs, read_probe
 from probeguard_core.pipeline.batching_check import run_both

@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
 import tiny_models as tm
+
 from probeguard_core.cli import main
 from probeguard_core.logs import Candidate, read_logs, read_probe
 from probeguard_core.pipeline.engines import TransformersEngine

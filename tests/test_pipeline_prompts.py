@@ -19,7 +19,13 @@ import pytest
 
 from probeguard_core.pipeline.parsing import parse_counter_queries
 from probeguard_core.pipeline.templates import (
-    PROMPT_VERSION, chat_messages, load_template, prompt_format, prompt_index, template_names, template_source,
+    PROMPT_VERSION,
+    chat_messages,
+    load_template,
+    prompt_format,
+    prompt_index,
+    template_names,
+    template_source,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

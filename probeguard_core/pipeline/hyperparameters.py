@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["hp", "hyperparameters", "table9_rows", "HYPERPARAMETERS_FILE"]
+__all__ = ["HYPERPARAMETERS_FILE", "hp", "hyperparameters", "table9_rows"]
 
 HYPERPARAMETERS_FILE = "data/hyperparameters.yaml"
 

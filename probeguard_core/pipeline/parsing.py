@@ -9,10 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
-__all__ = ["parse_answer", "parse_queries", "parse_counter_queries", "parse_confidence", "format_options",
-           "MAX_QUERIES", "QueryParse"]
+__all__ = [
+    "MAX_QUERIES",
+    "QueryParse",
+    "format_options",
+    "parse_answer",
+    "parse_confidence",
+    "parse_counter_queries",
+    "parse_queries",
+]
 
 #: Query budget of the substrate and of the probe (Algorithm 1: k <= 4).
 MAX_QUERIES = 4
@@ -86,7 +93,7 @@ def parse_counter_queries(text: str, bounds: tuple[int, int] = (2, 4)) -> QueryP
     return QueryParse(queries=found[:high], status=status, n_found=len(found))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tag(name: str) -> re.Pattern[str]:
     if not re.fullmatch(r"\w+", name):
         raise ValueError(f"tag name must be a word, got {name!r}")

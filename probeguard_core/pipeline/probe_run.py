@@ -52,7 +52,7 @@ from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
 from .substrate import candidate_from, is_unanimous
 from .templates import PROMPT_VERSION, prompt_format, render
 
-__all__ = ["ProbeConfig", "run_probe", "probe_eligible", "donor_map", "ARMS"]
+__all__ = ["ARMS", "ProbeConfig", "donor_map", "probe_eligible", "run_probe"]
 
 _USER_TEMPLATE = {
     "counter_evidence": "user_probe_devil",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .parsing import MAX_QUERIES, parse_answer, parse_queries
 
-__all__ = ["SubstrateProfile", "PROFILES", "get_profile", "marag_judger", "DEFAULT_PROFILE"]
+__all__ = ["DEFAULT_PROFILE", "PROFILES", "SubstrateProfile", "get_profile", "marag_judger"]
 
 DEFAULT_PROFILE = "probeguard"
 
@@ -58,8 +58,8 @@ def marag_judger(text: str) -> str:
                     break
             else:
                 letters = _MA_WORD_CAPITAL.findall(text)
-        return sorted(letters)[-1]
-    except IndexError:
+        return max(letters)  # MA-RAG: sorted(ans)[-1]
+    except (IndexError, ValueError):  # no tag match / no letter: MA-RAG's bare except -> ''
         return ""
 
 

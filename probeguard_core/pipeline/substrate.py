@@ -42,7 +42,7 @@ from .retrieval import Retriever
 from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
 from .templates import PROMPT_VERSION, render
 
-__all__ = ["SubstrateConfig", "run_substrate", "candidate_from", "answers_block", "is_unanimous", "stops"]
+__all__ = ["SubstrateConfig", "answers_block", "candidate_from", "is_unanimous", "run_substrate", "stops"]
 
 
 _G = "consensus_generation"

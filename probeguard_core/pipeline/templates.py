@@ -16,14 +16,23 @@ and the output formats its parsers expect (:func:`prompt_format`).
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
 import yaml
 
-__all__ = ["PROMPT_VERSION", "PROMPT_VERSIONS", "load_template", "render", "template_names", "prompt_index",
-           "prompt_format", "chat_messages", "template_source"]
+__all__ = [
+    "PROMPT_VERSION",
+    "PROMPT_VERSIONS",
+    "chat_messages",
+    "load_template",
+    "prompt_format",
+    "prompt_index",
+    "render",
+    "template_names",
+    "template_source",
+]
 
 PROMPT_VERSION = "v2"
 PROMPT_VERSIONS = ("v1", "v2")
@@ -36,7 +45,7 @@ def _folder(version: str):
     return resources.files("probeguard_core.pipeline").joinpath("prompts", version)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_template(name: str, version: str = PROMPT_VERSION) -> str:
     """The raw text of ``prompts/<version>/<name>.txt`` (trailing newline removed)."""
     path = _folder(version).joinpath(f"{name}.txt")
@@ -49,7 +58,7 @@ def template_names(version: str = PROMPT_VERSION) -> list[str]:
     return sorted(p.name.removesuffix(".txt") for p in _folder(version).iterdir() if p.name.endswith(".txt"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def prompt_index(version: str = PROMPT_VERSION) -> dict[str, Any]:
     """``prompts/<version>/index.yaml``, checked against the folder's templates."""
     path = _folder(version).joinpath("index.yaml")
