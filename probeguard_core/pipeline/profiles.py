@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .parsing import MAX_QUERIES, parse_answer, parse_queries
+from .retrieval import format_documents
 
 __all__ = ["DEFAULT_PROFILE", "PROFILES", "SubstrateProfile", "get_profile", "marag_judger"]
 
@@ -78,12 +79,6 @@ def _marag_queries(text: str) -> list[str]:
 
 def _ours_queries(text: str) -> list[str]:
     return parse_queries(text, MAX_QUERIES)
-
-
-def _titled(docs: Sequence) -> str:
-    if not docs:
-        return "null"
-    return "\n".join(f"Document [{i}] (Title: {d.title}) {d.content}" for i, d in enumerate(docs, start=1))
 
 
 def _content_only(docs: Sequence) -> str:
@@ -155,7 +150,7 @@ def _marag_unanimous(preds: Sequence[str | None]) -> bool:
 
 PROFILES: dict[str, SubstrateProfile] = {
     "probeguard": SubstrateProfile(
-        name="probeguard", predict=parse_answer, unanimous=_ours_unanimous, render_documents=_titled,
+        name="probeguard", predict=parse_answer, unanimous=_ours_unanimous, render_documents=format_documents,
         rerank_text="title+content", queries=_ours_queries, max_docs=8, reverse_entropy_ties=False,
         missing_entropy="n/a", top_k=0, top_p=1.0, marag_options=False, keep_prediction=False,
     ),
