@@ -11,14 +11,25 @@ import argparse
 from pathlib import Path
 
 from probeguard_core import SEED
+from probeguard_core.pipeline.hyperparameters import hp
+from probeguard_core.pipeline.profiles import DEFAULT_PROFILE, PROFILES
+from probeguard_core.pipeline.templates import PROMPT_VERSION, PROMPT_VERSIONS
+
+G = "consensus_generation"  # defaults: probeguard_core/data/hyperparameters.yaml (Table 9)
 
 
 def _engine(args: argparse.Namespace):
     from probeguard_core.pipeline.engines import make_engine
 
-    kw: dict = {"top_k": args.top_k, "top_p": args.top_p, "trust_remote_code": args.trust_remote_code}
+    from probeguard_core.pipeline.profiles import get_profile
+
+    prof = get_profile(getattr(args, "profile", "probeguard"))
+    top_k = prof.top_k if args.top_k is None else args.top_k  # unset: the substrate profile's sampling
+    top_p = prof.top_p if args.top_p is None else args.top_p
+    kw: dict = {"top_k": top_k, "top_p": top_p, "trust_remote_code": args.trust_remote_code}
     if args.engine == "vllm":
-        kw.update(tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization)
+        kw.update(tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization,
+                  per_request_seeds=not args.engine_seed)
         if args.max_model_len:
             kw["max_model_len"] = args.max_model_len
     else:
@@ -48,7 +59,8 @@ def _substrate(args: argparse.Namespace) -> int:
     questions = _select(load_questions(args.questions, dataset=args.dataset_key or args.dataset), args.limit)
     cfg = SubstrateConfig(dataset=args.dataset, backbone=args.backbone or args.model, n_candidates=args.n,
                           max_rounds=args.rounds, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                          query_max_new_tokens=args.query_max_new_tokens, seed=args.seed)
+                          query_max_new_tokens=args.query_max_new_tokens, seed=args.seed,
+                          prompt_version=args.prompt_version, profile=args.profile)
     retriever = _retriever(args) if args.rounds > 1 else None
     batch = args.batch_size or (64 if args.engine == "vllm" else 1)
     out = run_substrate(questions, _engine(args), retriever, args.out, cfg, batch_size=batch,
@@ -63,9 +75,11 @@ def _probe(args: argparse.Namespace) -> int:
 
     logs = _select(read_logs(args.logs), args.limit)
     cfg = ProbeConfig(n_candidates=args.n, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                      query_max_new_tokens=args.query_max_new_tokens, seed=args.seed, arms=tuple(args.arms))
-    out = run_probe(logs, _engine(args), _retriever(args), args.out, cfg, reproducible=args.reproducible,
-                    progress=not args.no_progress)
+                      query_max_new_tokens=args.query_max_new_tokens, seed=args.seed, arms=tuple(args.arms),
+                      prompt_version=args.prompt_version, profile=args.profile)
+    batch = args.batch_size or 64
+    out = run_probe(logs, _engine(args), _retriever(args), args.out, cfg, batch_size=batch,
+                    reproducible=args.reproducible, progress=not args.no_progress)
     print(f"probe: wrote {out}")
     return 0
 
@@ -88,7 +102,8 @@ def _self_report(args: argparse.Namespace) -> int:
 
     logs = _select(read_logs(args.logs), args.limit)
     out = run_self_report(logs, _engine(args), args.out, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                          progress=not args.no_progress)
+                          prompt_version=args.prompt_version, progress=not args.no_progress,
+                          batch_size=args.batch_size or 64)
     print(f"self-report: wrote {out}")
     return 0
 
@@ -113,16 +128,22 @@ def _common(p: argparse.ArgumentParser, *, llm: bool) -> None:
         p.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM: GPUs per model")
         p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM")
         p.add_argument("--max-model-len", type=int, default=None, help="vLLM context limit")
-        p.add_argument("--top-k", type=int, default=0, help="0 = off (pure temperature sampling)")
-        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--top-k", type=int, default=None,
+                       help="0 = off; default: the substrate profile's (probeguard: off; ma-rag: 20)")
+        p.add_argument("--top-p", type=float, default=None,
+                       help="default: the substrate profile's (probeguard: 1.0; ma-rag: 0.95)")
+        p.add_argument("--engine-seed", action="store_true",
+                       help="vLLM: no per-request seeds (its fast sampler; results then depend on batching)")
         p.add_argument("--seed", type=int, default=SEED)
+        p.add_argument("--prompt-version", choices=list(PROMPT_VERSIONS), default=PROMPT_VERSION,
+                       help="prompt templates (v2: the paper's Appendix A; v1: the first paraphrases)")
         p.add_argument("--reproducible", action="store_true",
                        help="inline cost = null, cost in <out>.cost.jsonl: outputs byte-identical across runs")
 
 
 def _retrieval_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--index", required=required, help="folder from `probeguard index build`")
-    p.add_argument("--reranker", default="ncbi/MedCPT-Cross-Encoder", help="cross-encoder name or folder, or 'none'")
+    p.add_argument("--reranker", default=hp("retrieval", "reranker"), help="cross-encoder name or folder, or 'none'")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -131,13 +152,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True, help="dataset name written into the logs, e.g. medqa")
     p.add_argument("--dataset-key", default=None, help="dataset key inside the questions file if it differs from --dataset (MIRAGE benchmark.json)")
     p.add_argument("--backbone", default=None, help="backbone name for the logs (default: --model)")
-    p.add_argument("--n", type=int, default=8, help="candidates per round (N)")
-    p.add_argument("--rounds", type=int, default=8, help="maximum rounds (T)")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--max-new-tokens", type=int, default=2048)
-    p.add_argument("--query-max-new-tokens", type=int, default=8192, help="query generation (thinking on)")
+    p.add_argument("--n", type=int, default=hp(G, "n_candidates"), help="candidates per round (N)")
+    p.add_argument("--rounds", type=int, default=hp(G, "max_rounds"), help="maximum rounds (T)")
+    p.add_argument("--temperature", type=float, default=hp(G, "temperature"))
+    p.add_argument("--max-new-tokens", type=int, default=hp(G, "max_new_tokens"))
+    p.add_argument("--query-max-new-tokens", type=int, default=hp(G, "query_max_new_tokens"),
+                   help="query generation (thinking on)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="questions run in lock-step and written together (default: 64 with vLLM, 1 with transformers)")
+    p.add_argument("--profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE,
+                   help="substrate profile: probeguard (strict parsing, nulls never unanimous) or ma-rag "
+                        "(MA-RAG's own rules; docs/pipeline.md)")
     _common(p, llm=True)
     _retrieval_args(p, required=False)
     p.set_defaults(handler=_usage_errors(_substrate_checked))
@@ -147,16 +172,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--arms", nargs="+", default=["counter_evidence", "instruction_only", "irrelevant_docs",
                                                  "neutral_instruction"])
     p.add_argument("--n", type=int, default=None, help="re-answers per arm (default and required: the logs' N)")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--max-new-tokens", type=int, default=2048)
-    p.add_argument("--query-max-new-tokens", type=int, default=8192)
+    p.add_argument("--temperature", type=float, default=hp(G, "temperature"))
+    p.add_argument("--max-new-tokens", type=int, default=hp(G, "max_new_tokens"))
+    p.add_argument("--query-max-new-tokens", type=int, default=hp(G, "query_max_new_tokens"))
+    p.add_argument("--profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE,
+                   help="substrate profile of the reused machinery (answer parser, documents, reranker input)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="questions per engine call (default 64; the records do not depend on it)")
     _common(p, llm=True)
     _retrieval_args(p, required=True)
     p.set_defaults(handler=_usage_errors(_probe))
 
     p = sub.add_parser("nli", help="entailment among concluding claims -> nli.jsonl (DESIGN 2.4)")
     p.add_argument("--logs", required=True)
-    p.add_argument("--nli-model", default="microsoft/deberta-large-mnli")
+    p.add_argument("--nli-model", default=hp("rationale_scoring", "nli_model"))
     p.add_argument("--nli-rounds", choices=["first-last", "all"], default="first-last")
     p.add_argument("--batch-size", type=int, default=32)
     _common(p, llm=False)
@@ -164,7 +193,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("self-report", help="verbalized confidence and P(True) -> self_report.jsonl (DESIGN 2.3)")
     p.add_argument("--logs", required=True)
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-new-tokens", type=int, default=hp("self_report", "max_new_tokens"))
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="questions per engine call (default 64; the records do not depend on it)")
     _common(p, llm=True)
     p.set_defaults(handler=_usage_errors(_self_report))
 

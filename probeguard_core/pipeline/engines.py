@@ -320,6 +320,10 @@ class VLLMEngine:
     top_p: float = 1.0
     trust_remote_code: bool = False
     max_logprobs: int = 20
+    #: one seed per request (default; records independent of batching, at the cost of vLLM's
+    #: slower per-request-generator sampler) or, False, the engine's seed only (fast sampler;
+    #: results then depend on batch composition).  See docs/pipeline.md.
+    per_request_seeds: bool = True
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
     name: str = field(init=False)
 
@@ -358,7 +362,7 @@ class VLLMEngine:
         params = [
             SamplingParams(
                 n=n, temperature=temperature, top_k=(self.top_k if self.top_k > 0 else -1), top_p=self.top_p,
-                max_tokens=max_new_tokens, logprobs=logprobs, seed=s,
+                max_tokens=max_new_tokens, logprobs=logprobs, seed=s if self.per_request_seeds else None,
             )
             for s in seeds
         ]

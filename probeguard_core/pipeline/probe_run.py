@@ -16,7 +16,17 @@ For every question whose first round is unanimous on one option m* (a1 = 1):
 The same system prompt as the substrate is used for every re-answer.  Documents of the
 irrelevant arm are read from the ``counter_evidence`` records already written, so they are
 exactly the donor's logged counter-evidence.  Output: DESIGN 2.2 records (``read_probe``),
-one per (question, arm), appended and flushed per record (resumable).
+one per (question, arm).
+
+Batching (issue 15): every pass is ONE ``engine.generate`` over all pending questions of a
+chunk (``batch_size`` questions; vLLM batches them): the counter-queries of the chunk, then
+the re-answers of each arm.  Retrieval runs on the host between the two.  A chunk's records
+are appended in question order (arm order within a question) when the chunk ends, so a killed
+run loses at most one chunk, and the output does not depend on ``batch_size``: every request
+carries a seed derived from ``(seed, qid, purpose, arm)`` (see ``docs/pipeline.md`` for the
+choice on per-request seeds with vLLM).  With ``reproducible=False`` a record's ``wall_s`` is
+its chunk's wall time (counter-queries, retrieval, re-answers) shared equally among the chunk's records (batched work has no
+per-record wall time); ``completion_tokens`` is exact.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import hashlib
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -34,13 +44,15 @@ from probeguard_core import SEED
 from probeguard_core.logs import ARMS, Cost, ProbeRecord, QuestionLog, read_probe
 
 from .engines import Engine
-from .parsing import format_options, parse_queries
-from .retrieval import IndexedDoc, Retriever, format_documents
+from .hyperparameters import hp
+from .parsing import QueryParse, parse_counter_queries
+from .profiles import DEFAULT_PROFILE, get_profile
+from .retrieval import MAX_DOCS, IndexedDoc, Retriever
 from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
 from .substrate import candidate_from, is_unanimous
-from .templates import PROMPT_VERSION, render
+from .templates import PROMPT_VERSION, prompt_format, render
 
-__all__ = ["ProbeConfig", "run_probe", "probe_eligible", "donor_map", "ARMS"]
+__all__ = ["ARMS", "ProbeConfig", "donor_map", "probe_eligible", "run_probe"]
 
 _USER_TEMPLATE = {
     "counter_evidence": "user_probe_devil",
@@ -50,17 +62,23 @@ _USER_TEMPLATE = {
 }
 
 
+_G = "consensus_generation"  # the probe re-answers with the substrate's generation settings
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     #: re-answers per arm; ``None`` = the log's N (DESIGN 2.2 requires N re-answers)
     n_candidates: int | None = None
-    temperature: float = 0.7
-    max_new_tokens: int = 2048
-    query_max_new_tokens: int = 8192
-    logprobs: int = 20
+    temperature: float = hp(_G, "temperature")
+    max_new_tokens: int = hp(_G, "max_new_tokens")
+    query_max_new_tokens: int = hp(_G, "query_max_new_tokens")
+    logprobs: int = hp(_G, "logprobs")
     seed: int = SEED
     arms: tuple[str, ...] = ARMS
     prompt_version: str = PROMPT_VERSION
+    #: substrate profile of the machinery the probe reuses (answer parser, document rendering,
+    #: reranker input); the probe's own rules (2-4 queries, <= 8 documents) do not change
+    profile: str = DEFAULT_PROFILE
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARMS]
@@ -68,6 +86,7 @@ class ProbeConfig:
             raise ValueError(f"arms must be a non-empty subset of {list(ARMS)}, got {list(self.arms)}")
         if (self.n_candidates is not None and self.n_candidates < 1) or self.temperature <= 0:
             raise ValueError("n_candidates must be >= 1 and temperature > 0")
+        get_profile(self.profile)
 
 
 def probe_eligible(logs: Sequence[QuestionLog]) -> list[QuestionLog]:
@@ -83,28 +102,36 @@ def donor_map(qids: Sequence[str], seed: int) -> dict[str, str]:
     return {q: order[(i + 1) % len(order)] for i, q in enumerate(order)}
 
 
-def _reanswer(engine: Engine, log: QuestionLog, arm: str, docs: str, cfg: ProbeConfig):
-    v = cfg.prompt_version
-    values = dict(question=log.question, options=format_options(log.options), consensus=log.rounds[0].candidates[0].answer)
+def _reanswer_prompt(log: QuestionLog, arm: str, docs: str, cfg: ProbeConfig) -> list[dict[str, str]]:
+    v, prof = cfg.prompt_version, get_profile(cfg.profile)
+    values = dict(question=log.question, options=prof.format_options(log.options),
+                  consensus=log.rounds[0].candidates[0].answer)
     if arm != "instruction_only":
         values["documents"] = docs
-    msgs = [{"role": "system", "content": render("system_answer", v)},
+    return [{"role": "system", "content": render("system_answer", v)},
             {"role": "user", "content": render(_USER_TEMPLATE[arm], v, **values)}]
-    (gens,) = engine.generate([msgs], n=log.n_candidates, temperature=cfg.temperature,
-                              max_new_tokens=cfg.max_new_tokens, seed=derive_seed(cfg.seed, log.qid, "probe", arm),
-                              logprobs=cfg.logprobs, enable_thinking=False)
-    return [candidate_from(g, log.options) for g in gens], sum(g.n_tokens for g in gens)
 
 
-def _counter_queries(engine: Engine, log: QuestionLog, cfg: ProbeConfig) -> tuple[list[str], int]:
-    v = cfg.prompt_version
+def _counter_query_prompt(log: QuestionLog, cfg: ProbeConfig) -> list[dict[str, str]]:
+    v, prof = cfg.prompt_version, get_profile(cfg.profile)
     m = log.rounds[0].candidates[0].answer
-    msgs = [{"role": "system", "content": render("system_counter_query", v)},
+    return [{"role": "system", "content": render("system_counter_query", v)},
             {"role": "user", "content": render("user_counter_query", v, question=log.question,
-                                               options=format_options(log.options), consensus=f"{m}. {log.options[m]}")}]
-    (g,) = engine.generate([msgs], n=1, temperature=0.0, max_new_tokens=cfg.query_max_new_tokens,
-                           seed=derive_seed(cfg.seed, log.qid, "counter_query"), logprobs=None, enable_thinking=True)
-    return parse_queries(g[0].text), g[0].n_tokens
+                                               options=prof.format_options(log.options),
+                                               consensus=f"{m}. {log.options[m]}")}]
+
+
+@dataclass
+class _Unit:
+    """One (question, arm) to re-answer in this chunk."""
+
+    log: QuestionLog
+    arm: str
+    queries: list[str]
+    docs: list[IndexedDoc]
+    tokens: int = 0
+    extra: dict = field(default_factory=dict)
+    wall: float = 0.0
 
 
 def run_probe(
@@ -114,10 +141,18 @@ def run_probe(
     out: str | Path,
     config: ProbeConfig,
     *,
+    batch_size: int = 64,
     reproducible: bool = False,
     progress: bool = True,
 ) -> Path:
-    """Probe every first-round-unanimous question of ``logs``; appends DESIGN 2.2 records to ``out``."""
+    """Probe every first-round-unanimous question of ``logs``; appends DESIGN 2.2 records to ``out``.
+
+    ``batch_size`` questions share each ``engine.generate`` call (1 = the per-question baseline;
+    the records do not depend on it).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    prof = get_profile(config.profile)
     eligible = probe_eligible(logs)
     wrong_n = [log.qid for log in eligible if config.n_candidates not in (None, log.n_candidates)]
     if wrong_n:
@@ -133,52 +168,99 @@ def run_probe(
     if Path(out).exists() and Path(out).stat().st_size:
         counter = {r.qid: r for r in read_probe(out) if r.arm == "counter_evidence"}
     print(f"probe: {len(eligible)} of {len(logs)} questions are unanimous in round 1", file=sys.stderr)
-    first_pass = [a for a in ("counter_evidence", "instruction_only", "neutral_instruction") if a in config.arms]
+    first_pass = [a for a in ARMS if a in config.arms and a != "irrelevant_docs"]
     need_counter = bool({"counter_evidence", "neutral_instruction", "irrelevant_docs"} & set(config.arms))
-    units = len(eligible) * len(config.arms)
-    bar = tqdm(total=units, desc="probe", unit="arm", disable=not progress)
+    bar = tqdm(total=len(eligible) * len(config.arms), desc="probe", unit="arm", disable=not progress)
+    bar.update(sum(1 for log in eligible for a in config.arms if (log.qid, a) in sink.done))
 
-    def write(log: QuestionLog, arm: str, queries: list[str], docs: list[IndexedDoc], t0: float, tokens: int,
-              extra: dict | None = None) -> ProbeRecord:
-        cands, used = _reanswer(engine, log, arm, format_documents(docs), config)
-        tokens += used
-        wall = round(time.perf_counter() - t0, 6)
-        rec = ProbeRecord(schema_version=1, qid=log.qid, dataset=log.dataset, backbone=log.backbone, arm=arm,
-                          consensus=log.rounds[0].candidates[0].answer, queries=queries, doc_ids=[d.id for d in docs],
-                          reanswers=cands, cost=None if reproducible else Cost(wall_s=wall, completion_tokens=tokens),
-                          **(extra or {}))
+    def generate(units: list[_Unit]) -> list:
+        """One engine call for all units (each its own seed), generations in unit order."""
+        if not units:
+            return []
+        return engine.generate(
+            [_reanswer_prompt(u.log, u.arm, prof.render_documents(u.docs), config) for u in units],
+            n=_one_n(units),
+            temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+            seed=[derive_seed(config.seed, u.log.qid, "probe", u.arm) for u in units],
+            logprobs=config.logprobs, enable_thinking=False)
+
+    def records(units: list[_Unit], gens: list, elapsed: float) -> list[ProbeRecord]:
+        recs = []
+        share = round(elapsed / len(units), 6) if units else 0.0
+        for u, g in zip(units, gens):
+            cands = [candidate_from(x, u.log.options, prof) for x in g]
+            tokens = u.tokens + sum(x.n_tokens for x in g)
+            recs.append(ProbeRecord(
+                schema_version=1, qid=u.log.qid, dataset=u.log.dataset, backbone=u.log.backbone, arm=u.arm,
+                consensus=u.log.rounds[0].candidates[0].answer, queries=u.queries, doc_ids=[d.id for d in u.docs],
+                reanswers=cands, cost=None if reproducible else Cost(wall_s=share, completion_tokens=tokens),
+                prompt_version=config.prompt_version, substrate_profile=config.profile, **u.extra))
+            u.tokens, u.wall = tokens, share
+        return recs
+
+    def flush(units: list[_Unit], gens: list, t0: float) -> None:
+        """Append a chunk's records in question order, arm order within a question."""
+        if not units:
+            return
+        recs = records(units, gens, time.perf_counter() - t0)
+        order = {a: i for i, a in enumerate(ARMS)}
+        pairs = sorted(zip(units, recs), key=lambda p: (index[p[0].log.qid], order[p[0].arm]))
         if reproducible:
-            append_cost(out, {"qid": log.qid, "arm": arm}, wall, tokens)
-        sink.append([rec], keys=[(log.qid, arm)])
-        return rec
+            for u, _ in pairs:
+                append_cost(out, {"qid": u.log.qid, "arm": u.arm}, u.wall, u.tokens)
+        sink.append([r for _, r in pairs], keys=[(u.log.qid, u.arm) for u, _ in pairs])
+        bar.update(len(pairs))
 
-    # pass 1: arms that use only this question's own evidence
-    for log in eligible:
-        if need_counter and log.qid not in counter:
-            t0 = time.perf_counter()
-            queries, qtok = _counter_queries(engine, log, config)
-            docs = retriever.retrieve(queries) if queries else []
-            counter[log.qid] = _Evidence(queries, [d.id for d in docs])
-            if "counter_evidence" in config.arms and (log.qid, "counter_evidence") not in sink.done:
-                write(log, "counter_evidence", queries, docs, t0, qtok)
-        for arm in first_pass:
-            if (log.qid, arm) in sink.done:
-                bar.update(1)
-                continue
-            t0 = time.perf_counter()
-            if arm == "instruction_only":
-                write(log, arm, [], [], t0, 0)
-            else:  # neutral_instruction: this question's counter-evidence, neutral framing
+    index = {log.qid: i for i, log in enumerate(eligible)}
+    # pass 1: arms that use only this question's own evidence, chunk by chunk
+    for c0 in range(0, len(eligible), batch_size):
+        t0 = time.perf_counter()
+        chunk = [log for log in eligible[c0:c0 + batch_size]
+                 if any((log.qid, a) not in sink.done for a in first_pass)]
+        ask = [log for log in chunk if need_counter and log.qid not in counter]
+        qtok: dict[str, int] = {}
+        parsed: dict[str, QueryParse] = {}
+        if ask:  # pass 1a: all counter-queries of the chunk in one call
+            gens = engine.generate([_counter_query_prompt(log, config) for log in ask], n=1,
+                                   temperature=hp(_G, "query_temperature"), max_new_tokens=config.query_max_new_tokens,
+                                   seed=[derive_seed(config.seed, log.qid, "counter_query") for log in ask],
+                                   logprobs=None, enable_thinking=True)
+            bounds = tuple(prompt_format(config.prompt_version)["counter_queries"])
+            for log, g in zip(ask, gens):
+                parsed[log.qid] = parse_counter_queries(g[0].text, bounds)
+                qtok[log.qid] = g[0].n_tokens
+                queries = parsed[log.qid].queries
+                docs = retriever.retrieve(queries, rerank_text=prof.rerank_text, max_docs=MAX_DOCS) if queries else []
+                counter[log.qid] = _Evidence(queries, [d.id for d in docs])
+        units: list[_Unit] = []
+        for log in chunk:
+            for arm in first_pass:
+                if (log.qid, arm) in sink.done:
+                    continue
+                if arm == "instruction_only":
+                    units.append(_Unit(log, arm, [], []))
+                    continue
                 ev = counter[log.qid]
-                write(log, arm, list(ev.queries), [by_id[d] for d in ev.doc_ids], t0, 0)
-            bar.update(1)
+                u = _Unit(log, arm, list(ev.queries), [by_id[d] for d in ev.doc_ids])
+                if arm == "counter_evidence" and log.qid in parsed:
+                    u.tokens = qtok[log.qid]
+                    u.extra = {"query_parse": parsed[log.qid].status, "n_queries_found": parsed[log.qid].n_found}
+                units.append(u)
+        # pass 1b: one call per arm over the chunk (same prompts shape per arm)
+        done_units: list[_Unit] = []
+        gens: list = []
+        for arm in first_pass:
+            arm_units = [u for u in units if u.arm == arm]
+            gens += generate(arm_units)
+            done_units += arm_units
+        flush(done_units, gens, t0)
 
     # pass 2: another question's counter-evidence
     if "irrelevant_docs" in config.arms:
         donors = donor_map([log.qid for log in eligible], config.seed)
+        pending: list[_Unit] = []
         for log in eligible:
             if (log.qid, "irrelevant_docs") in sink.done:
-                bar.update(1)
                 continue
             donor = donors.get(log.qid)
             if donor is None:
@@ -186,11 +268,22 @@ def run_probe(
                       file=sys.stderr)
                 continue
             ev = counter[donor]
-            write(log, "irrelevant_docs", list(ev.queries), [by_id[d] for d in ev.doc_ids], time.perf_counter(), 0,
-                  extra={"donor_qid": donor})
-            bar.update(1)
+            pending.append(_Unit(log, "irrelevant_docs", list(ev.queries), [by_id[d] for d in ev.doc_ids],
+                                 extra={"donor_qid": donor}))
+        for c0 in range(0, len(pending), batch_size):
+            t0 = time.perf_counter()
+            part = pending[c0:c0 + batch_size]
+            flush(part, generate(part), t0)
     bar.close()
     return Path(out)
+
+
+def _one_n(units: list[_Unit]) -> int:
+    """The N of a batched call: all its questions must share it (one ``n`` per call)."""
+    ns = sorted({u.log.n_candidates for u in units})
+    if len(ns) != 1:
+        raise ValueError(f"probe: one call needs one N; logs in this chunk have N = {ns}")
+    return ns[0]
 
 
 @dataclass(frozen=True)

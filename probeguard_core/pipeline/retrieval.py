@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from probeguard_core.pipeline.engines import load_sequence_classifier
+from probeguard_core.pipeline.hyperparameters import hp
 
 __all__ = [
     "BM25Index",
@@ -40,12 +41,13 @@ __all__ = [
     "B",
 ]
 
-K1 = 0.9
-B = 0.4
-CANDIDATES_PER_QUERY = 32
-KEEP_PER_QUERY = 2
-MAX_DOCS = 8
-DEFAULT_RERANKER = "ncbi/MedCPT-Cross-Encoder"
+# Table 9 (Retrieval), from data/hyperparameters.yaml
+K1 = hp("retrieval", "bm25_k1")
+B = hp("retrieval", "bm25_b")
+CANDIDATES_PER_QUERY = hp("retrieval", "candidates_per_query")
+KEEP_PER_QUERY = hp("retrieval", "keep_per_query")
+MAX_DOCS = hp("retrieval", "max_docs")
+DEFAULT_RERANKER = hp("retrieval", "reranker")
 INDEX_FORMAT = "probeguard-bm25s/1"
 STOPWORDS = "en"
 
@@ -192,27 +194,39 @@ class Retriever:
     candidates_per_query: int = CANDIDATES_PER_QUERY
     keep_per_query: int = KEEP_PER_QUERY
     max_docs: int = MAX_DOCS
-    _cache: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[str, str], list[int]] = field(default_factory=dict, repr=False)
 
-    def per_query(self, query: str) -> list[int]:
-        """The ``keep_per_query`` best positions for one query (BM25 top-32, then reranked)."""
-        if query not in self._cache:
+    def per_query(self, query: str, rerank_text: str = "title+content") -> list[int]:
+        """The ``keep_per_query`` best positions for one query (BM25 top-32, then reranked).
+
+        ``rerank_text``: what the cross-encoder reads of a document, ``"title+content"`` (ours)
+        or ``"content"`` (MA-RAG, RetrievalSystem.py line 398).  BM25 always indexes title + content.
+        """
+        if rerank_text not in ("title+content", "content"):
+            raise ValueError(f"rerank_text must be 'title+content' or 'content', got {rerank_text!r}")
+        key = (query, rerank_text)
+        if key not in self._cache:
             hits = self.index.search(query, self.candidates_per_query)
             if self.reranker is None or not hits:
                 kept = [p for p, _ in hits[: self.keep_per_query]]
             else:
-                texts = [doc_text(self.index.docs[p].title, self.index.docs[p].content) for p, _ in hits]
+                docs = [self.index.docs[p] for p, _ in hits]
+                texts = [d.content if rerank_text == "content" else doc_text(d.title, d.content) for d in docs]
                 scores = self.reranker.score(query, texts)
                 order = sorted(range(len(hits)), key=lambda r: (-scores[r], r))  # ties: BM25 rank
                 kept = [hits[r][0] for r in order[: self.keep_per_query]]
-            self._cache[query] = kept
-        return self._cache[query]
+            self._cache[key] = kept
+        return self._cache[key]
 
-    def retrieve(self, queries: Sequence[str]) -> list[IndexedDoc]:
+    def retrieve(self, queries: Sequence[str], *, rerank_text: str = "title+content",
+                 max_docs: int | None | str = "default") -> list[IndexedDoc]:
+        """Documents for one retrieval round: per query its kept documents, de-duplicated by id in
+        query order, at most ``max_docs`` (``"default"``: the retriever's; ``None``: no cap)."""
+        cap = self.max_docs if max_docs == "default" else max_docs
         chosen: list[int] = []
         for q in queries:
-            for p in self.per_query(q):
-                if p not in chosen and len(chosen) < self.max_docs:
+            for p in self.per_query(q, rerank_text):
+                if p not in chosen and (cap is None or len(chosen) < cap):
                     chosen.append(p)
         return [self.index.docs[p] for p in chosen]
 

@@ -1,10 +1,11 @@
 """Self-report baselines (paper §4.1, Appendix A) -> DESIGN 2.3.
 
 Both are elicited post hoc on the system's final answer (:func:`probeguard_core.features.final_answer`),
-one call each per question at temperature 0, thinking off:
+one call each per question at temperature 0, thinking off (batched across questions):
 
-* verbalized confidence (Tian et al. 2023; Xiong et al. 2024): a number 0-100 in a
-  ``<confidence>`` tag; anything unparseable or out of range is ``null``;
+* verbalized confidence (Tian et al. 2023; Xiong et al. 2024): a number 0-100 in the prompt
+  version's tag (v2, the paper's prompt: ``<conf>N</conf>``; v1: ``<confidence>``); anything
+  unparseable or out of range is ``null``;
 * P(True) (Kadavath et al. 2022): from the FIRST generated token's top-20 log-probabilities,
   ``p_true = sum P(true variants) / (sum P(true variants) + sum P(false variants))``, where a
   variant is any top-20 token that, stripped of white space and lower-cased, equals ``"true"``
@@ -28,9 +29,10 @@ from probeguard_core.features import final_answer
 from probeguard_core.logs import QuestionLog, SelfReport, read_self_report
 
 from .engines import Engine
+from .hyperparameters import hp
 from .parsing import format_options, parse_confidence
 from .runio import AppendOnlyJsonl, check_run_config, derive_seed
-from .templates import PROMPT_VERSION, render
+from .templates import PROMPT_VERSION, chat_messages, prompt_format
 
 __all__ = ["p_true_from_top_logprobs", "run_self_report"]
 
@@ -46,32 +48,52 @@ def p_true_from_top_logprobs(top: Sequence[tuple[str, float]]) -> float | None:
     return pt / (pt + pf)
 
 
-def _messages(log: QuestionLog, answer: str, template: str, version: str) -> list[dict[str, str]]:
-    user = render(template, version, question=log.question, options=format_options(log.options),
-                  answer=f"{answer}. {log.options[answer]}")
-    return [{"role": "system", "content": render("system_self_report", version)}, {"role": "user", "content": user}]
+def _messages(log: QuestionLog, answer: str, purpose: str, version: str) -> list[dict[str, str]]:
+    return chat_messages(purpose, version, question=log.question, options=format_options(log.options),
+                         answer=f"{answer}. {log.options[answer]}")
 
 
-def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path, *, max_new_tokens: int = 512,
-                    seed: int = SEED, prompt_version: str = PROMPT_VERSION, progress: bool = True) -> Path:
-    """Elicit both self-reports for every log; appends DESIGN 2.3 records to ``out`` (resumable)."""
+def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path, *,
+                    max_new_tokens: int = hp("self_report", "max_new_tokens"),
+                    seed: int = SEED, prompt_version: str = PROMPT_VERSION, batch_size: int = 64,
+                    progress: bool = True) -> Path:
+    """Elicit both self-reports for every log; appends DESIGN 2.3 records to ``out`` (resumable).
+
+    Batched across questions (issue 15): per chunk of ``batch_size`` pending questions, one
+    ``engine.generate`` for all verbalized-confidence prompts and one for all P(True) prompts;
+    the chunk's records are appended in input order when it ends.  Seeds are per request
+    (``(seed, qid, purpose)``), so the records do not depend on ``batch_size``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     check_run_config(out, {"stage": "self_report", "engine": type(engine).__name__, "model": engine.name,
                            "max_new_tokens": max_new_tokens, "seed": seed, "prompt_version": prompt_version})
     sink = AppendOnlyJsonl(out, read_self_report, key=lambda r: r.qid)
-    for log in tqdm(logs, desc="self-report", unit="q", disable=not progress):
-        if log.qid in sink.done:
-            continue
-        ans = final_answer(log)
-        conf = ptrue = None
-        if ans is not None:
-            (vc,) = engine.generate([_messages(log, ans, "user_verbalized_confidence", prompt_version)], n=1,
-                                    temperature=0.0, max_new_tokens=max_new_tokens,
-                                    seed=derive_seed(seed, log.qid, "verbalized"), logprobs=None)
-            conf = parse_confidence(vc[0].text)
-            (pt,) = engine.generate([_messages(log, ans, "user_p_true", prompt_version)], n=1, temperature=0.0,
-                                    max_new_tokens=1, seed=derive_seed(seed, log.qid, "p_true"), logprobs=20)
-            ptrue = p_true_from_top_logprobs(pt[0].first_top_logprobs or [])
-        rec = SelfReport(schema_version=1, qid=log.qid, dataset=log.dataset, backbone=log.backbone,
-                         verbalized_confidence=conf, p_true=ptrue, final_answer=ans)
-        sink.append([rec], keys=[log.qid])
+    tag = prompt_format(prompt_version)["confidence_tag"]
+    temperature = hp("self_report", "temperature")
+    todo = [log for log in logs if log.qid not in sink.done]
+    bar = tqdm(total=len(logs), initial=len(logs) - len(todo), desc="self-report", unit="q", disable=not progress)
+    for c0 in range(0, len(todo), batch_size):
+        chunk = todo[c0:c0 + batch_size]
+        answers = {log.qid: final_answer(log) for log in chunk}
+        asked = [log for log in chunk if answers[log.qid] is not None]
+        conf: dict[str, float | None] = {}
+        ptrue: dict[str, float | None] = {}
+        if asked:
+            vcs = engine.generate([_messages(log, answers[log.qid], "verbalized_confidence", prompt_version) for log in asked],
+                                  n=1, temperature=temperature, max_new_tokens=max_new_tokens,
+                                  seed=[derive_seed(seed, log.qid, "verbalized") for log in asked], logprobs=None)
+            pts = engine.generate([_messages(log, answers[log.qid], "p_true", prompt_version) for log in asked],
+                                  n=1, temperature=temperature, max_new_tokens=1,
+                                  seed=[derive_seed(seed, log.qid, "p_true") for log in asked],
+                                  logprobs=hp("self_report", "p_true_top_logprobs"))
+            for log, vc, pt in zip(asked, vcs, pts):
+                conf[log.qid] = parse_confidence(vc[0].text, tag=tag)
+                ptrue[log.qid] = p_true_from_top_logprobs(pt[0].first_top_logprobs or [])
+        recs = [SelfReport(schema_version=1, qid=log.qid, dataset=log.dataset, backbone=log.backbone,
+                           verbalized_confidence=conf.get(log.qid), p_true=ptrue.get(log.qid),
+                           final_answer=answers[log.qid], prompt_version=prompt_version) for log in chunk]
+        sink.append(recs, keys=[r.qid for r in recs])
+        bar.update(len(chunk))
+    bar.close()
     return Path(out)

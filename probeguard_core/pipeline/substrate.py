@@ -7,7 +7,10 @@ Per question, round t = 1..T:
    retrieved after the previous round and the previous round's answers, ordered by mean token
    entropy (highest first, so the most confident answer is read last) with the substrate's
    caveat that the ordering may be wrong and its instruction to answer towards lower entropy.
-2. Stop when all N answers are the same option (unanimity; null answers never count), or t = T.
+2. Stop at unanimity, or t = T.  The *substrate profile* (:mod:`.profiles`) fixes the
+   unanimity test, the answer parser, the document rendering, the reranker's input and the
+   sampling: ``"probeguard"`` (default; strict parsing, null answers never unanimous) or
+   ``"ma-rag"`` (MA-RAG's own rules, point by point; docs/pipeline.md).
 3. Otherwise one conflict-guided query call (temperature 0, thinking on) lists the dispute
    points as ``[Query k]`` lines: 1-4 queries, order kept, duplicates removed.
 4. Retrieval (BM25 + rerank, <= 8 documents) gives D_t, logged as the round's ``retrieval``;
@@ -33,30 +36,36 @@ from probeguard_core import SEED
 from probeguard_core.logs import Candidate, Cost, QuestionLog, Retrieval, Round, read_logs
 
 from .engines import Engine, Generation
-from .parsing import format_options, parse_answer, parse_queries
-from .retrieval import Retriever, format_documents
+from .hyperparameters import hp
+from .profiles import DEFAULT_PROFILE, PROFILES, SubstrateProfile, get_profile
+from .retrieval import Retriever
 from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
 from .templates import PROMPT_VERSION, render
 
-__all__ = ["SubstrateConfig", "run_substrate", "candidate_from", "answers_block", "is_unanimous"]
+__all__ = ["SubstrateConfig", "answers_block", "candidate_from", "is_unanimous", "run_substrate", "stops"]
+
+
+_G = "consensus_generation"
 
 
 @dataclass(frozen=True)
 class SubstrateConfig:
-    """Table 9 defaults (consensus generation)."""
+    """Table 9 defaults (consensus generation), read from ``data/hyperparameters.yaml``."""
 
     dataset: str
     backbone: str
-    n_candidates: int = 8
-    max_rounds: int = 8
-    temperature: float = 0.7
-    max_new_tokens: int = 2048
-    query_max_new_tokens: int = 8192
-    logprobs: int = 20
+    n_candidates: int = hp(_G, "n_candidates")
+    max_rounds: int = hp(_G, "max_rounds")
+    temperature: float = hp(_G, "temperature")
+    max_new_tokens: int = hp(_G, "max_new_tokens")
+    query_max_new_tokens: int = hp(_G, "query_max_new_tokens")
+    logprobs: int = hp(_G, "logprobs")
     seed: int = SEED
     prompt_version: str = PROMPT_VERSION
+    profile: str = DEFAULT_PROFILE
 
     def __post_init__(self) -> None:
+        get_profile(self.profile)
         for name in ("n_candidates", "max_rounds", "max_new_tokens", "query_max_new_tokens", "logprobs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -64,35 +73,48 @@ class SubstrateConfig:
             raise ValueError(f"candidate temperature must be > 0 (N samples), got {self.temperature}")
 
 
-def candidate_from(gen: Generation, options: dict[str, str]) -> Candidate:
-    """A DESIGN 2.1 candidate: strict answer parse (null when unparseable), rationale = the text."""
+def candidate_from(gen: Generation, options: dict[str, str],
+                   profile: SubstrateProfile = PROFILES[DEFAULT_PROFILE]) -> Candidate:
+    """A DESIGN 2.1 candidate: the profile's parse (null when no option key), rationale = the text.
+
+    Under the ``"ma-rag"`` profile the raw judger output is kept as the extra field ``prediction``.
+    """
+    pred = profile.predict(gen.text, options)
+    extra = {"prediction": pred} if profile.keep_prediction else {}
     return Candidate(
-        answer=parse_answer(gen.text, options),
+        answer=profile.answer(pred, options),
         rationale=gen.text,
         logprob=gen.logprob,
         n_tokens=gen.n_tokens,
         mean_token_entropy=gen.mean_token_entropy,
+        **extra,
     )
 
 
 def is_unanimous(cands: Sequence[Candidate]) -> bool:
+    """All answers the same option, none null (DESIGN 3; the probe's eligibility, a1 = 1)."""
     answers = {c.answer for c in cands}
     return len(answers) == 1 and None not in answers
 
 
-def answers_block(cands: Sequence[Candidate], by_entropy: bool) -> str:
+def stops(cands: Sequence[Candidate], profile: SubstrateProfile) -> bool:
+    """The profile's unanimity test over the round's raw predictions."""
+    if profile.keep_prediction:
+        return profile.unanimous([(c.model_extra or {}).get("prediction") for c in cands])
+    return profile.unanimous([c.answer for c in cands])
+
+
+def answers_block(cands: Sequence[Candidate], by_entropy: bool,
+                  profile: SubstrateProfile = PROFILES[DEFAULT_PROFILE]) -> str:
     """Numbered previous answers; ``by_entropy`` orders them by mean token entropy, highest first
     (missing entropy first), as the substrate does, and prints each entropy."""
     idx = list(range(len(cands)))
     if by_entropy:
-        def ent(i: int) -> float:
-            e = cands[i].mean_token_entropy
-            return float("inf") if e is None else e
-        idx.sort(key=lambda i: -ent(i))  # stable: equal entropies keep panel order
+        idx = profile.entropy_order([c.mean_token_entropy for c in cands])
         parts = []
         for k, i in enumerate(idx, start=1):
             e = cands[i].mean_token_entropy
-            shown = "n/a" if e is None else f"{e:.2f}"
+            shown = profile.missing_entropy if e is None else f"{e:.2f}"
             parts.append(f"{k}. The assistant's previous answer is (Entropy {shown}):\n{cands[i].rationale}")
         return "\n\n".join(parts)
     return "\n\n".join(f"{k}. The assistant's previous answer is:\n{c.rationale}" for k, c in enumerate(cands, start=1))
@@ -110,25 +132,26 @@ class _State:
 
 
 def _answer_prompt(st: _State, cfg: SubstrateConfig) -> list[dict[str, str]]:
-    v = cfg.prompt_version
-    opts = format_options(st.q.options)
+    v, prof = cfg.prompt_version, get_profile(cfg.profile)
+    opts = prof.format_options(st.q.options)
     if not st.rounds:
         user = render("user_round1", v, question=st.q.question, options=opts)
     else:
         user = render("user_round_next", v, question=st.q.question, options=opts, documents=st.documents,
-                      answers=answers_block(st.rounds[-1].candidates, by_entropy=True))
+                      answers=answers_block(st.rounds[-1].candidates, by_entropy=True, profile=prof))
     return [{"role": "system", "content": render("system_answer", v)}, {"role": "user", "content": user}]
 
 
 def _query_prompt(st: _State, cands: Sequence[Candidate], cfg: SubstrateConfig) -> list[dict[str, str]]:
     v = cfg.prompt_version
-    user = render("user_query", v, question=st.q.question, options=format_options(st.q.options),
+    user = render("user_query", v, question=st.q.question, options=get_profile(cfg.profile).format_options(st.q.options),
                   answers=answers_block(cands, by_entropy=False))
     return [{"role": "system", "content": render("system_query", v)}, {"role": "user", "content": user}]
 
 
 def _run_chunk(chunk: Sequence[Any], engine: Engine, retriever: Retriever | None, cfg: SubstrateConfig) -> list[_State]:
     t0 = time.perf_counter()
+    prof = get_profile(cfg.profile)
     states = [_State(q, t0) for q in chunk]
     for t in range(1, cfg.max_rounds + 1):
         active = [s for s in states if not s.done]
@@ -140,10 +163,10 @@ def _run_chunk(chunk: Sequence[Any], engine: Engine, retriever: Retriever | None
                                logprobs=cfg.logprobs, enable_thinking=False)
         asking: list[tuple[_State, list[Candidate]]] = []
         for s, g in zip(active, gens):
-            cands = [candidate_from(x, s.q.options) for x in g]
+            cands = [candidate_from(x, s.q.options, prof) for x in g]
             s.tokens += sum(x.n_tokens for x in g)
             s.rounds.append(Round(round=t, candidates=cands, retrieval=None))
-            if is_unanimous(cands) or t == cfg.max_rounds:
+            if stops(cands, prof) or t == cfg.max_rounds:
                 s.done, s.wall = True, time.perf_counter() - s.start
             else:
                 asking.append((s, cands))
@@ -155,11 +178,11 @@ def _run_chunk(chunk: Sequence[Any], engine: Engine, retriever: Retriever | None
                                 logprobs=None, enable_thinking=True)
         for (s, _), g in zip(asking, qgens):
             s.tokens += g[0].n_tokens
-            queries = parse_queries(g[0].text)
+            queries = prof.queries(g[0].text)
             if queries and retriever is not None:
-                docs = retriever.retrieve(queries)
+                docs = retriever.retrieve(queries, rerank_text=prof.rerank_text, max_docs=prof.max_docs)
                 s.rounds[-1].retrieval = Retrieval(queries=queries, doc_ids=[d.id for d in docs])
-                s.documents = format_documents(docs)
+                s.documents = prof.render_documents(docs)
             else:
                 s.documents = "null"
     return states
@@ -172,6 +195,7 @@ def _record(s: _State, cfg: SubstrateConfig, reproducible: bool) -> QuestionLog:
         schema_version=1, qid=str(q.qid), dataset=cfg.dataset, backbone=cfg.backbone, question=q.question,
         options=dict(q.options), gold=q.gold, specialty=getattr(q, "specialty", None),
         n_candidates=cfg.n_candidates, max_rounds=cfg.max_rounds, rounds=s.rounds, cost=cost,
+        prompt_version=cfg.prompt_version, substrate_profile=cfg.profile,
     )
 
 
@@ -195,13 +219,19 @@ def run_substrate(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if retriever is None and config.max_rounds > 1:
         raise ValueError("a retriever (index) is required when max_rounds > 1")
+    prof = get_profile(config.profile)
+    sampling = (getattr(engine, "top_k", None), getattr(engine, "top_p", None))
+    if prof.name == "ma-rag" and sampling not in ((None, None), (prof.top_k, prof.top_p)):
+        raise ValueError(f"substrate profile 'ma-rag' samples with top_k={prof.top_k}, top_p={prof.top_p} (Qwen3's "
+                         f"generation config, which MA-RAG's vLLM server applies); the engine has top_k={sampling[0]}, "
+                         f"top_p={sampling[1]}: build it with those values (CLI: leave --top-k/--top-p unset)")
     qids = [str(q.qid) for q in questions]
     if len(set(qids)) != len(qids):
         raise ValueError("questions: duplicate qid")
     run_cfg = {"stage": "substrate", **asdict(config), "engine": type(engine).__name__, "model": engine.name,
                "reranker": getattr(getattr(retriever, "reranker", None), "model", None),
                "index_sha256": getattr(getattr(retriever, "index", None), "corpus_sha256", None),
-               "reproducible": reproducible}
+               "reproducible": reproducible, "top_k": sampling[0], "top_p": sampling[1]}
     check_run_config(out, run_cfg)
     sink = AppendOnlyJsonl(out, read_logs, key=lambda r: r.qid)
     todo = [q for q in questions if str(q.qid) not in sink.done]
