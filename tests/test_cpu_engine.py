@@ -83,3 +83,12 @@ def test_vllm_logprob_arrays_sorted_best_first_ties_by_id():
     sampled, (ids, lps) = _vllm_logprob_arrays([9, 3], per, 2)
     assert sampled.tolist() == [-1.0, -3.0]
     assert ids.tolist() == [[2, 5], [1, 3]] and lps.tolist() == [[-0.5, -1.0], [-0.1, -3.0]]
+
+
+def test_response_prefix_is_forced_and_not_counted(engine):
+    for fast in (True, False):
+        engine.fast = fast
+        (g,), = engine.generate(_prompts(1), n=1, temperature=0.0, max_new_tokens=6, seed=1, logprobs=None,
+                                response_prefix="[Query 1]")
+        assert g.text.startswith("[Query 1]") and g.n_tokens <= 6
+    engine.fast = True

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -344,15 +344,29 @@ class TransformersEngine:
 
     def generate(self, prompts: Sequence[Messages], *, n: int, temperature: float, max_new_tokens: int,
                  seed: int | Sequence[int], logprobs: int | None = 20, enable_thinking: bool = False,
-                 force_tag: tuple[str, str] | None = None) -> list[list[Generation]]:
+                 force_tag: tuple[str, str] | None = None, response_prefix: str = "") -> list[list[Generation]]:
         """``force_tag=(opener, closer)`` (fast path only; e.g. ``("\\n<answer>", "</answer>")``):
         a row that ends (eos, or its rationale budget ``max_new_tokens - len(opener) - 1 -
         len(closer)``) without ``closer`` in its text is continued with the teacher-forced
         ``opener``, ONE sampled token, then the forced ``closer`` and eos.  Forced tokens are not
         sampled: they are left out of the log-probs and entropies but count in ``n_tokens``.
-        ``self.forced_rows`` / ``self.tagged_rows`` count forced vs natively tagged rows."""
+        ``self.forced_rows`` / ``self.tagged_rows`` count forced vs natively tagged rows.
+
+        ``response_prefix`` (both paths): text the assistant turn is forced to start with (e.g.
+        ``"[Query 1]"``); it is appended to the rendered prompt, prepended to each ``text``, and
+        not counted in ``n_tokens`` (not generated)."""
         seeds = _check_args(prompts, n, temperature, max_new_tokens, seed, logprobs)
         ids = [render_chat(self.tokenizer, m, enable_thinking) for m in prompts]
+        if response_prefix:
+            pre = self.tokenizer(response_prefix, add_special_tokens=False)["input_ids"]
+            ids = [x + pre for x in ids]
+            out = self.generate_ids(ids, seeds, n, temperature, max_new_tokens, logprobs, force_tag)
+            return [[replace(g, text=(response_prefix + g.text) if not g.reasoning else g.text) for g in gs] for gs in out]
+        return self.generate_ids(ids, seeds, n, temperature, max_new_tokens, logprobs, force_tag)
+
+    def generate_ids(self, ids: list[list[int]], seeds: list[int], n: int, temperature: float, max_new_tokens: int,
+                     logprobs: int | None, force_tag: tuple[str, str] | None = None) -> list[list[Generation]]:
+        """:meth:`generate` on already rendered prompt token ids."""
         self.prompt_tokens += sum(len(x) for x in ids)
         fast = self.fast and self._cache_ok()
         if force_tag is not None and not fast:

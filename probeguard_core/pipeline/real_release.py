@@ -59,6 +59,7 @@ BACKBONE = "SmolLM2-135M-Instruct"
 DATASET = "mmlu-med"
 RELEASE = "real-smollm2-135m-mmlu-med"
 ANSWER_TAG = ("\n<answer>", "</answer>")
+QUERY_PREFIX = "[Query 1]"
 
 
 @dataclass(frozen=True)
@@ -246,23 +247,31 @@ class ForcedTagEngine:
     without this every answer would be a parse failure and no round could be unanimous.  The
     option inside the tag is still the model's own sample; a non-option token stays a parse
     failure (null answer).
+
+    Likewise the query and counter-query calls start the assistant turn with the forced text
+    ``[Query 1]`` (the format the Appendix A prompt asks for): without it the model never wrote
+    a ``[Query k]`` line (0 of 52 query calls in the first run), so no round ever retrieved.
     """
 
-    def __init__(self, engine: Any, answer_system: str, log: Path | None = None):
+    def __init__(self, engine: Any, answer_system: str, query_systems: Sequence[str] = (), log: Path | None = None):
         self.engine = engine
         self.name = engine.name
         self.answer_system = answer_system
+        self.query_systems = set(query_systems)
         self.log = log  # one JSON line per engine call (what the progress bars cannot show)
 
     def generate(self, prompts: Sequence[Any], **kw: Any) -> Any:
         answer = bool(prompts) and all(p[0]["role"] == "system" and p[0]["content"] == self.answer_system for p in prompts)
+        query = bool(prompts) and all(p[0]["role"] == "system" and p[0]["content"] in self.query_systems for p in prompts)
         if answer:
             kw["force_tag"] = ANSWER_TAG
+        elif query:
+            kw["response_prefix"] = QUERY_PREFIX
         t0, p0 = time.perf_counter(), self.engine.prompt_tokens
         out = self.engine.generate(prompts, **kw)
         if self.log is not None:
             with open(self.log, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"kind": "answer" if answer else "other", "prompts": len(prompts), "n": kw.get("n"),
+                fh.write(json.dumps({"kind": "answer" if answer else "query" if query else "other", "prompts": len(prompts), "n": kw.get("n"),
                                      "prompt_tokens": self.engine.prompt_tokens - p0,
                                      "generated": sum(g.n_tokens for gs in out for g in gs),
                                      "wall_s": round(time.perf_counter() - t0, 2)}) + "\n")
@@ -295,7 +304,9 @@ def build_parts(work: Path, cfg: RealConfig, cache: Path | None = None) -> dict[
     encoder = SentenceEncoder(max_length=256)
     retriever = Retriever(index, EncoderReranker(encoder))
     return {"questions": questions, "index": index, "engine": engine,
-            "wrapped": ForcedTagEngine(engine, render("system_answer", version), work / "engine_calls.jsonl"), "retriever": retriever,
+            "wrapped": ForcedTagEngine(engine, render("system_answer", version),
+                                       [render("system_query", version), render("system_counter_query", version)],
+                                       work / "engine_calls.jsonl"), "retriever": retriever,
             "nli": EncoderSimilarityNLI(encoder), "version": version, "model_dir": model_dir}
 
 
@@ -461,6 +472,8 @@ def choices(cfg: RealConfig) -> list[str]:
         ("answer tag forced: SmolLM2-135M never writes <answer>X</answer> itself; after its rationale (eos or the token budget) the engine appends the forced text '\\n<answer>', "
         "samples ONE option token from the model (same temperature and seed stream; white-space tokens and eos excluded), then forces '</answer>'. "
         "A non-option token remains a parse failure (null). Forced tokens count in n_tokens but not in the log-probs or entropies."),
+        "query format forced: query and counter-query responses start with the forced text '[Query 1]' (the prompt's own format); the model writes the rest "
+        "(its further '[Query k]' lines, if any, are parsed as usual, at most 4)",
         "re-ranker: all-MiniLM-L6-v2 bi-encoder cosine stands in for MedCPT-Cross-Encoder",
         "NLI: all-MiniLM-L6-v2 cosine clipped to [0, 1] stands in for DeBERTa-large-MNLI",
         "corpus: HPO term definitions instead of MedCorp",
