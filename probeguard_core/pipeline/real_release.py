@@ -472,8 +472,8 @@ def choices(cfg: RealConfig) -> list[str]:
         ("answer tag forced: SmolLM2-135M never writes <answer>X</answer> itself; after its rationale (eos or the token budget) the engine appends the forced text '\\n<answer>', "
         "samples ONE option token from the model (same temperature and seed stream; white-space tokens and eos excluded), then forces '</answer>'. "
         "A non-option token remains a parse failure (null). Forced tokens count in n_tokens but not in the log-probs or entropies."),
-        "query format forced: query and counter-query responses start with the forced text '[Query 1]' (the prompt's own format); the model writes the rest "
-        "(its further '[Query k]' lines, if any, are parsed as usual, at most 4)",
+        ("query format forced: query and counter-query responses start with the forced text '[Query 1]' (the prompt's own format); the model writes the rest "
+         "(its further '[Query k]' lines, if any, are parsed as usual, at most 4)"),
         "re-ranker: all-MiniLM-L6-v2 bi-encoder cosine stands in for MedCPT-Cross-Encoder",
         "NLI: all-MiniLM-L6-v2 cosine clipped to [0, 1] stands in for DeBERTa-large-MNLI",
         "corpus: HPO term definitions instead of MedCorp",
@@ -556,6 +556,7 @@ The one release in this repository produced by real models: real MMLU medical qu
 instruction-tuned language model (SmolLM2-135M-Instruct), real medical text (HPO definitions),
 run end to end by the ProbeGuard pipeline (`probeguard_core.pipeline`) on one CPU thread.
 **It shows that the pipeline runs on real parts; it does not reproduce the paper's numbers.**
+{"" if s['questions'] >= cfg.n_questions else f"**Incomplete:** {s['questions']} of the {cfg.n_questions} planned questions finished within the time budget of this build; the substrate stopped between chunks and the later stages ran on those. The first {s['questions']} questions of a seeded order are a random, approximately subject-stratified subset."}
 Built by `make real-release` (`python -m probeguard_core.pipeline.real_release`), seed {cfg.seed},
 prompts {info['prompt_version']}.
 
@@ -582,7 +583,7 @@ and the last round, verbalized confidence and P(True). Departures:
 
 | quantity | value |
 |---|---|
-| questions | {s['questions']} |
+| questions | {s['questions']} of the {cfg.n_questions} planned (in the seeded order; `make real-release` resumes the rest) |
 | accuracy of the final answer | {s['accuracy_final_answer']:.3f} (no final answer: {s['final_answer_missing']}) |
 | candidate accuracy, round 1 | {s['candidate_accuracy_round1']:.3f} (chance 0.25) |
 | first-round unanimity | {s['first_round_unanimity']:.3f} |
@@ -642,6 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=RealConfig.num_threads)
     ap.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     ap.add_argument("--no-assemble", action="store_true", help="run the stages only")
+    ap.add_argument("--assemble-only", action="store_true", help="only (re)build the release folder from the work folder")
     ap.add_argument("--replace", action="store_true", help="rebuild an existing release folder")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--substrate-minutes", type=float, default=None,
@@ -657,9 +659,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg_path.is_file() and cfg_path.read_text() != text:
         raise SystemExit(f"{work}: made with another configuration ({cfg_path}); use another --work folder")
     cfg_path.write_text(text)
-    parts = build_parts(work, cfg, Path(a.cache) if a.cache else None)
-    stop_at = None if a.substrate_minutes is None else time.time() + 60 * a.substrate_minutes
-    run_stages(work, cfg, parts, a.stages, progress=not a.no_progress, stop_at=stop_at)
+    if a.assemble_only:
+        from probeguard_core.pipeline.retrieval import BM25Index
+        from probeguard_core.pipeline.templates import PROMPT_VERSION
+
+        parts = {"index": BM25Index.load(work / "index"), "version": cfg.prompt_version or PROMPT_VERSION}
+    else:
+        parts = build_parts(work, cfg, Path(a.cache) if a.cache else None)
+        stop_at = None if a.substrate_minutes is None else time.time() + 60 * a.substrate_minutes
+        run_stages(work, cfg, parts, a.stages, progress=not a.no_progress, stop_at=stop_at)
     if not a.no_assemble:
         out = assemble(work, Path(a.out), cfg, _parts_info(parts), replace=a.replace)
         print(f"release written to {out}")
