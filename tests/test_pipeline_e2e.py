@@ -111,6 +111,7 @@ def test_substrate_tiny_model_end_to_end(env):
     run_substrate(env.questions, env.engine, env.retriever, out, cfg, batch_size=2, progress=False)
     logs = read_logs(out)
     assert [l.qid for l in logs] == [q.qid for q in env.questions]
+    assert {l.model_extra["prompt_version"] for l in logs} == {"v2"}  # every record names its prompts
     for log in logs:
         assert 1 <= len(log.rounds) <= 2 and all(len(r.candidates) == 3 for r in log.rounds)
         assert log.cost is not None and log.cost.completion_tokens > 0
@@ -188,9 +189,11 @@ def test_probe_scripted_arms(env, scripted):
         assert irr.donor_qid == donor != q and irr.doc_ids == by[(donor, "counter_evidence")].doc_ids
     keep = lambda r: sum(a.answer == r.consensus for a in r.reanswers) / len(r.reanswers)  # Eq. 4
     assert keep(by[("q1", "counter_evidence")]) == 0.5 and keep(by[("q0", "counter_evidence")]) == 1.0
-    devil = [c for c in eng.calls if c[0] == "answer" and "devil's advocate" in c[1][1]["content"]]
+    assert {r.model_extra["prompt_version"] for r in by.values()} == {"v2"}
+    assert by[("q1", "counter_evidence")].model_extra["query_parse"] == "ok"  # 2 of 2-4 queries
+    devil = [c for c in eng.calls if c[0] == "answer" and "devil" in c[1][1]["content"]]
     assert len(devil) == 6  # counter_evidence, instruction_only, irrelevant_docs for 2 questions
-    assert all("do not change your answer unless the evidence genuinely warrants it" in c[1][1]["content"] for c in devil)
+    assert all("do not change your answer unless the evidence genuinely warrants it" in " ".join(c[1][1]["content"].lower().split()) for c in devil)
     from probeguard_core.pipeline.templates import render
     answer_calls = [c for c in eng.calls if c[0] == "answer"]
     assert len(answer_calls) == 8 and all(c[1][0]["content"] == render("system_answer") for c in answer_calls)
@@ -261,6 +264,7 @@ def test_self_report_scripted_and_tiny(env, scripted):
         assert by[q].verbalized_confidence == 80.0 and by[q].p_true == pytest.approx(t / (t + f))
     for q in ("q3", "q4"):  # tie / all null: no final answer to assess
         assert by[q].verbalized_confidence is None and by[q].p_true is None
+    assert {r.model_extra["prompt_version"] for r in by.values()} == {"v2"}
     out2 = env.root / "tiny" / "self_report.jsonl"
     run_self_report(scripted.logs, env.engine, out2, max_new_tokens=8, progress=False)
     for r in read_self_report(out2):

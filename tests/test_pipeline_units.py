@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 from types import SimpleNamespace
 
@@ -64,7 +65,10 @@ def test_parse_queries_order_dedupe_limit():
     ("<confidence>10</confidence> <confidence>90</confidence>", 90.0),
 ])
 def test_parse_confidence(text, expected):
-    assert parse_confidence(text) == expected
+    assert parse_confidence(text, tag="confidence") == expected  # v1's tag
+    v2 = text.replace("confidence>", "conf>")
+    assert parse_confidence(v2) == expected  # v2 (the paper): <conf>N</conf>
+    assert parse_confidence(v2, tag="confidence") is None  # the other version's tag is not read
 
 
 def test_p_true_variants_and_fallback():
@@ -92,12 +96,16 @@ def test_generation_aggregates():
 
 
 def test_templates_render_strictly():
-    assert {"system_answer", "user_round1", "user_round_next", "system_query", "user_query", "user_probe_devil",
-            "user_probe_instruction_only", "user_probe_neutral", "user_counter_query", "system_counter_query",
-            "user_verbalized_confidence", "user_p_true", "system_self_report"} <= set(template_names())
-    assert "do not change your answer unless the evidence genuinely warrants it" in load_template("user_probe_devil")
-    assert "do not change your answer unless the evidence genuinely warrants it" in load_template("user_probe_instruction_only")
-    assert "devil" not in load_template("user_probe_neutral")
+    common = {"system_answer", "user_round1", "user_round_next", "system_query", "user_query", "user_probe_devil",
+              "user_probe_instruction_only", "user_probe_neutral", "user_counter_query", "system_counter_query",
+              "user_verbalized_confidence", "user_p_true"}
+    assert common | {"system_verbalized_confidence", "system_p_true"} == set(template_names())
+    assert common | {"system_self_report"} == set(template_names("v1"))
+    key = "do not change your answer unless the evidence genuinely warrants it"
+    for v in ("v1", "v2"):
+        assert key in load_template("user_probe_devil", v).replace("\n", " ")
+        assert key in load_template("user_probe_instruction_only", v).replace("\n", " ").lower()
+        assert "devil" not in load_template("user_probe_neutral", v)
     nxt = load_template("user_round_next")
     assert "lower entropy" in nxt and "cannot accurately reflect" in nxt
     out = render("user_round1", question="Q {{x}}", options="A. a")
@@ -162,3 +170,33 @@ def test_append_only_truncates_partial_line_and_rejects_bad_lines(tmp_path, caps
         AppendOnlyJsonl(p, read_self_report, key=lambda r: r.qid)
     with pytest.raises(ValueError, match="plain .jsonl"):
         AppendOnlyJsonl(tmp_path / "x.jsonl.gz", read_self_report, key=lambda r: r.qid)
+
+
+def test_hyperparameters_are_the_one_source():
+    """Table 9 lives in data/hyperparameters.yaml; configs, retrieval, NLI and the CLI read it."""
+    from probeguard_core import SEED
+    from probeguard_core.cli import pipeline as cli
+    from probeguard_core.pipeline import nli_run, retrieval
+    from probeguard_core.pipeline.hyperparameters import hp, table9_rows
+    from probeguard_core.pipeline.probe_run import ProbeConfig
+    from probeguard_core.pipeline.substrate import SubstrateConfig
+
+    rows = table9_rows()
+    assert [r[1] for r in rows] == ["Panel size N", "Maximum rounds T", "Candidate temperature",
+                                    "Candidate max new tokens", "Query temperature (thinking mode)", "BM25 (k1, b)",
+                                    "Candidates per query", "Kept after reranking", "Documents per round",
+                                    "NLI input limit (tokens)", "Classifier", "Cross-validation folds",
+                                    "Random seed (all stages)"]
+    assert ("Retrieval", "BM25 (k1, b)", "(0.9, 0.4)") in rows
+    cfg = SubstrateConfig(dataset="d", backbone="b")
+    assert (cfg.n_candidates, cfg.max_rounds, cfg.temperature, cfg.max_new_tokens) == (8, 8, 0.7, 2048)
+    assert cfg.n_candidates == hp("consensus_generation", "n_candidates")
+    assert ProbeConfig().temperature == hp("consensus_generation", "temperature")
+    assert (retrieval.K1, retrieval.B, retrieval.CANDIDATES_PER_QUERY, retrieval.KEEP_PER_QUERY,
+            retrieval.MAX_DOCS) == (0.9, 0.4, 32, 2, 8)
+    assert nli_run.MAX_LENGTH == hp("rationale_scoring", "nli_max_length") == 256
+    assert SEED == hp("rationale_scoring", "seed")
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["substrate", "--questions", "q", "--dataset", "d", "--model", "m", "--out", "o"])
+    assert (args.n, args.rounds, args.temperature) == (8, 8, 0.7)

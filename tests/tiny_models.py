@@ -233,16 +233,18 @@ class ScriptedEngine:
             if "dispute points" in system:
                 purpose = "query"
                 texts = [f"[Query 1] {topic} treatment\n[Query 2] {topic} diagnosis\n[Query 3] {topic} treatment"]
-            elif "unanimously agreed" in system:
+            elif "unanimously agreed" in system or "skeptical medical expert" in system:  # v1 / v2
                 purpose = "counter_query"
                 texts = [f"[Query 1] {topic} alternative\n[Query 2] fever cough"]
-            elif "assess the proposed answer" in system:
+            elif "assess the proposed answer" in system or "careful medical assistant" in system:  # v1 / v2
                 purpose = "self_report"
-                texts = ["I think <confidence>80</confidence>" if "confidence" in user else "True"]
+                tag = "conf" if "<conf></conf>" in system else "confidence"
+                verbalized = "confidence" in user or "<conf>" in system
+                texts = [f"I think <{tag}>80</{tag}>" if verbalized else "True"]
             else:
                 purpose = "answer"
                 later = "previous answers" in user
-                devil = "devil's advocate" in user
+                devil = "devil" in user  # v1 "devil's advocate", v2 "devil’s\nadvocate"
                 texts = []
                 for i in range(n):
                     if topic == "anemia" or (topic == "diabetes" and not devil):

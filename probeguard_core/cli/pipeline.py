@@ -11,6 +11,10 @@ import argparse
 from pathlib import Path
 
 from probeguard_core import SEED
+from probeguard_core.pipeline.hyperparameters import hp
+from probeguard_core.pipeline.templates import PROMPT_VERSION, PROMPT_VERSIONS
+
+G = "consensus_generation"  # defaults: probeguard_core/data/hyperparameters.yaml (Table 9)
 
 
 def _engine(args: argparse.Namespace):
@@ -48,7 +52,8 @@ def _substrate(args: argparse.Namespace) -> int:
     questions = _select(load_questions(args.questions, dataset=args.dataset_key or args.dataset), args.limit)
     cfg = SubstrateConfig(dataset=args.dataset, backbone=args.backbone or args.model, n_candidates=args.n,
                           max_rounds=args.rounds, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                          query_max_new_tokens=args.query_max_new_tokens, seed=args.seed)
+                          query_max_new_tokens=args.query_max_new_tokens, seed=args.seed,
+                          prompt_version=args.prompt_version)
     retriever = _retriever(args) if args.rounds > 1 else None
     batch = args.batch_size or (64 if args.engine == "vllm" else 1)
     out = run_substrate(questions, _engine(args), retriever, args.out, cfg, batch_size=batch,
@@ -63,7 +68,8 @@ def _probe(args: argparse.Namespace) -> int:
 
     logs = _select(read_logs(args.logs), args.limit)
     cfg = ProbeConfig(n_candidates=args.n, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                      query_max_new_tokens=args.query_max_new_tokens, seed=args.seed, arms=tuple(args.arms))
+                      query_max_new_tokens=args.query_max_new_tokens, seed=args.seed, arms=tuple(args.arms),
+                      prompt_version=args.prompt_version)
     out = run_probe(logs, _engine(args), _retriever(args), args.out, cfg, reproducible=args.reproducible,
                     progress=not args.no_progress)
     print(f"probe: wrote {out}")
@@ -88,7 +94,7 @@ def _self_report(args: argparse.Namespace) -> int:
 
     logs = _select(read_logs(args.logs), args.limit)
     out = run_self_report(logs, _engine(args), args.out, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                          progress=not args.no_progress)
+                          prompt_version=args.prompt_version, progress=not args.no_progress)
     print(f"self-report: wrote {out}")
     return 0
 
@@ -116,13 +122,15 @@ def _common(p: argparse.ArgumentParser, *, llm: bool) -> None:
         p.add_argument("--top-k", type=int, default=0, help="0 = off (pure temperature sampling)")
         p.add_argument("--top-p", type=float, default=1.0)
         p.add_argument("--seed", type=int, default=SEED)
+        p.add_argument("--prompt-version", choices=list(PROMPT_VERSIONS), default=PROMPT_VERSION,
+                       help="prompt templates (v2: the paper's Appendix A; v1: the first paraphrases)")
         p.add_argument("--reproducible", action="store_true",
                        help="inline cost = null, cost in <out>.cost.jsonl: outputs byte-identical across runs")
 
 
 def _retrieval_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--index", required=required, help="folder from `probeguard index build`")
-    p.add_argument("--reranker", default="ncbi/MedCPT-Cross-Encoder", help="cross-encoder name or folder, or 'none'")
+    p.add_argument("--reranker", default=hp("retrieval", "reranker"), help="cross-encoder name or folder, or 'none'")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -131,11 +139,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True, help="dataset name written into the logs, e.g. medqa")
     p.add_argument("--dataset-key", default=None, help="dataset key inside the questions file if it differs from --dataset (MIRAGE benchmark.json)")
     p.add_argument("--backbone", default=None, help="backbone name for the logs (default: --model)")
-    p.add_argument("--n", type=int, default=8, help="candidates per round (N)")
-    p.add_argument("--rounds", type=int, default=8, help="maximum rounds (T)")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--max-new-tokens", type=int, default=2048)
-    p.add_argument("--query-max-new-tokens", type=int, default=8192, help="query generation (thinking on)")
+    p.add_argument("--n", type=int, default=hp(G, "n_candidates"), help="candidates per round (N)")
+    p.add_argument("--rounds", type=int, default=hp(G, "max_rounds"), help="maximum rounds (T)")
+    p.add_argument("--temperature", type=float, default=hp(G, "temperature"))
+    p.add_argument("--max-new-tokens", type=int, default=hp(G, "max_new_tokens"))
+    p.add_argument("--query-max-new-tokens", type=int, default=hp(G, "query_max_new_tokens"),
+                   help="query generation (thinking on)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="questions run in lock-step and written together (default: 64 with vLLM, 1 with transformers)")
     _common(p, llm=True)
@@ -147,16 +156,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--arms", nargs="+", default=["counter_evidence", "instruction_only", "irrelevant_docs",
                                                  "neutral_instruction"])
     p.add_argument("--n", type=int, default=None, help="re-answers per arm (default and required: the logs' N)")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--max-new-tokens", type=int, default=2048)
-    p.add_argument("--query-max-new-tokens", type=int, default=8192)
+    p.add_argument("--temperature", type=float, default=hp(G, "temperature"))
+    p.add_argument("--max-new-tokens", type=int, default=hp(G, "max_new_tokens"))
+    p.add_argument("--query-max-new-tokens", type=int, default=hp(G, "query_max_new_tokens"))
     _common(p, llm=True)
     _retrieval_args(p, required=True)
     p.set_defaults(handler=_usage_errors(_probe))
 
     p = sub.add_parser("nli", help="entailment among concluding claims -> nli.jsonl (DESIGN 2.4)")
     p.add_argument("--logs", required=True)
-    p.add_argument("--nli-model", default="microsoft/deberta-large-mnli")
+    p.add_argument("--nli-model", default=hp("rationale_scoring", "nli_model"))
     p.add_argument("--nli-rounds", choices=["first-last", "all"], default="first-last")
     p.add_argument("--batch-size", type=int, default=32)
     _common(p, llm=False)
@@ -164,7 +173,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("self-report", help="verbalized confidence and P(True) -> self_report.jsonl (DESIGN 2.3)")
     p.add_argument("--logs", required=True)
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-new-tokens", type=int, default=hp("self_report", "max_new_tokens"))
     _common(p, llm=True)
     p.set_defaults(handler=_usage_errors(_self_report))
 

@@ -36,12 +36,13 @@ from probeguard_core.features import answer_shares, modal_answer
 from probeguard_core.logs import NLIRecord, QuestionLog, read_nli
 from probeguard_core.pipeline.engines import load_sequence_classifier
 
+from .hyperparameters import hp
 from .runio import AppendOnlyJsonl, check_run_config
 
 __all__ = ["NLIScorer", "run_nli", "entailment_label_id", "round_claims", "DEFAULT_NLI_MODEL", "rounds_needed"]
 
-DEFAULT_NLI_MODEL = "microsoft/deberta-large-mnli"
-MAX_LENGTH = 256
+DEFAULT_NLI_MODEL = hp("rationale_scoring", "nli_model")  # data/hyperparameters.yaml
+MAX_LENGTH = hp("rationale_scoring", "nli_max_length")  # Table 9: NLI input limit
 
 
 def entailment_label_id(config) -> int:
@@ -109,6 +110,12 @@ def round_claims(log: QuestionLog, t: int) -> tuple[list[int], list[str]]:
     return idx, [" ".join(extract_claims(rnd.candidates[i].rationale)) for i in idx]
 
 
+def _provenance(log: QuestionLog) -> dict[str, str]:
+    """The prompt version (and substrate profile) of the log the claims come from, when it names them."""
+    extra = log.model_extra or {}
+    return {k: extra[k] for k in ("prompt_version", "substrate_profile") if k in extra}
+
+
 def _question_records(log: QuestionLog, scorer: NLIScorer, which: str, model_name: str) -> list[NLIRecord]:
     per_round = [(t, *round_claims(log, t)) for t in rounds_needed(log, which)]
     per_round = [r for r in per_round if r[1]]  # rounds without a non-null answer: nothing to score
@@ -126,7 +133,7 @@ def _question_records(log: QuestionLog, scorer: NLIScorer, which: str, model_nam
         n = len(claims)
         mat = [[1.0 if i == j else float(prob[(claims[i], claims[j])]) for j in range(n)] for i in range(n)]
         recs.append(NLIRecord(schema_version=1, qid=log.qid, dataset=log.dataset, backbone=log.backbone, round=t,
-                              model=model_name, candidates=idx, claims=claims, entailment=mat))
+                              model=model_name, candidates=idx, claims=claims, entailment=mat, **_provenance(log)))
     return recs
 
 

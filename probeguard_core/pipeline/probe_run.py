@@ -34,11 +34,12 @@ from probeguard_core import SEED
 from probeguard_core.logs import ARMS, Cost, ProbeRecord, QuestionLog, read_probe
 
 from .engines import Engine
-from .parsing import format_options, parse_queries
+from .hyperparameters import hp
+from .parsing import QueryParse, format_options, parse_counter_queries
 from .retrieval import IndexedDoc, Retriever, format_documents
 from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
 from .substrate import candidate_from, is_unanimous
-from .templates import PROMPT_VERSION, render
+from .templates import PROMPT_VERSION, prompt_format, render
 
 __all__ = ["ProbeConfig", "run_probe", "probe_eligible", "donor_map", "ARMS"]
 
@@ -50,14 +51,17 @@ _USER_TEMPLATE = {
 }
 
 
+_G = "consensus_generation"  # the probe re-answers with the substrate's generation settings
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     #: re-answers per arm; ``None`` = the log's N (DESIGN 2.2 requires N re-answers)
     n_candidates: int | None = None
-    temperature: float = 0.7
-    max_new_tokens: int = 2048
-    query_max_new_tokens: int = 8192
-    logprobs: int = 20
+    temperature: float = hp(_G, "temperature")
+    max_new_tokens: int = hp(_G, "max_new_tokens")
+    query_max_new_tokens: int = hp(_G, "query_max_new_tokens")
+    logprobs: int = hp(_G, "logprobs")
     seed: int = SEED
     arms: tuple[str, ...] = ARMS
     prompt_version: str = PROMPT_VERSION
@@ -96,7 +100,7 @@ def _reanswer(engine: Engine, log: QuestionLog, arm: str, docs: str, cfg: ProbeC
     return [candidate_from(g, log.options) for g in gens], sum(g.n_tokens for g in gens)
 
 
-def _counter_queries(engine: Engine, log: QuestionLog, cfg: ProbeConfig) -> tuple[list[str], int]:
+def _counter_queries(engine: Engine, log: QuestionLog, cfg: ProbeConfig) -> tuple[QueryParse, int]:
     v = cfg.prompt_version
     m = log.rounds[0].candidates[0].answer
     msgs = [{"role": "system", "content": render("system_counter_query", v)},
@@ -104,7 +108,7 @@ def _counter_queries(engine: Engine, log: QuestionLog, cfg: ProbeConfig) -> tupl
                                                options=format_options(log.options), consensus=f"{m}. {log.options[m]}")}]
     (g,) = engine.generate([msgs], n=1, temperature=0.0, max_new_tokens=cfg.query_max_new_tokens,
                            seed=derive_seed(cfg.seed, log.qid, "counter_query"), logprobs=None, enable_thinking=True)
-    return parse_queries(g[0].text), g[0].n_tokens
+    return parse_counter_queries(g[0].text, tuple(prompt_format(v)["counter_queries"])), g[0].n_tokens
 
 
 def run_probe(
@@ -146,7 +150,7 @@ def run_probe(
         rec = ProbeRecord(schema_version=1, qid=log.qid, dataset=log.dataset, backbone=log.backbone, arm=arm,
                           consensus=log.rounds[0].candidates[0].answer, queries=queries, doc_ids=[d.id for d in docs],
                           reanswers=cands, cost=None if reproducible else Cost(wall_s=wall, completion_tokens=tokens),
-                          **(extra or {}))
+                          prompt_version=config.prompt_version, **(extra or {}))
         if reproducible:
             append_cost(out, {"qid": log.qid, "arm": arm}, wall, tokens)
         sink.append([rec], keys=[(log.qid, arm)])
@@ -156,11 +160,13 @@ def run_probe(
     for log in eligible:
         if need_counter and log.qid not in counter:
             t0 = time.perf_counter()
-            queries, qtok = _counter_queries(engine, log, config)
+            parsed, qtok = _counter_queries(engine, log, config)
+            queries = parsed.queries
             docs = retriever.retrieve(queries) if queries else []
             counter[log.qid] = _Evidence(queries, [d.id for d in docs])
             if "counter_evidence" in config.arms and (log.qid, "counter_evidence") not in sink.done:
-                write(log, "counter_evidence", queries, docs, t0, qtok)
+                write(log, "counter_evidence", queries, docs, t0, qtok,
+                      extra={"query_parse": parsed.status, "n_queries_found": parsed.n_found})
         for arm in first_pass:
             if (log.qid, arm) in sink.done:
                 bar.update(1)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from probeguard_core.pipeline.engines import load_sequence_classifier
+from probeguard_core.pipeline.hyperparameters import hp
 
 __all__ = [
     "BM25Index",
@@ -40,12 +41,13 @@ __all__ = [
     "B",
 ]
 
-K1 = 0.9
-B = 0.4
-CANDIDATES_PER_QUERY = 32
-KEEP_PER_QUERY = 2
-MAX_DOCS = 8
-DEFAULT_RERANKER = "ncbi/MedCPT-Cross-Encoder"
+# Table 9 (Retrieval), from data/hyperparameters.yaml
+K1 = hp("retrieval", "bm25_k1")
+B = hp("retrieval", "bm25_b")
+CANDIDATES_PER_QUERY = hp("retrieval", "candidates_per_query")
+KEEP_PER_QUERY = hp("retrieval", "keep_per_query")
+MAX_DOCS = hp("retrieval", "max_docs")
+DEFAULT_RERANKER = hp("retrieval", "reranker")
 INDEX_FORMAT = "probeguard-bm25s/1"
 STOPWORDS = "en"
 

@@ -3,8 +3,9 @@
 Both are elicited post hoc on the system's final answer (:func:`probeguard_core.features.final_answer`),
 one call each per question at temperature 0, thinking off:
 
-* verbalized confidence (Tian et al. 2023; Xiong et al. 2024): a number 0-100 in a
-  ``<confidence>`` tag; anything unparseable or out of range is ``null``;
+* verbalized confidence (Tian et al. 2023; Xiong et al. 2024): a number 0-100 in the prompt
+  version's tag (v2, the paper's prompt: ``<conf>N</conf>``; v1: ``<confidence>``); anything
+  unparseable or out of range is ``null``;
 * P(True) (Kadavath et al. 2022): from the FIRST generated token's top-20 log-probabilities,
   ``p_true = sum P(true variants) / (sum P(true variants) + sum P(false variants))``, where a
   variant is any top-20 token that, stripped of white space and lower-cased, equals ``"true"``
@@ -28,9 +29,10 @@ from probeguard_core.features import final_answer
 from probeguard_core.logs import QuestionLog, SelfReport, read_self_report
 
 from .engines import Engine
+from .hyperparameters import hp
 from .parsing import format_options, parse_confidence
 from .runio import AppendOnlyJsonl, check_run_config, derive_seed
-from .templates import PROMPT_VERSION, render
+from .templates import PROMPT_VERSION, chat_messages, prompt_format
 
 __all__ = ["p_true_from_top_logprobs", "run_self_report"]
 
@@ -46,13 +48,13 @@ def p_true_from_top_logprobs(top: Sequence[tuple[str, float]]) -> float | None:
     return pt / (pt + pf)
 
 
-def _messages(log: QuestionLog, answer: str, template: str, version: str) -> list[dict[str, str]]:
-    user = render(template, version, question=log.question, options=format_options(log.options),
-                  answer=f"{answer}. {log.options[answer]}")
-    return [{"role": "system", "content": render("system_self_report", version)}, {"role": "user", "content": user}]
+def _messages(log: QuestionLog, answer: str, purpose: str, version: str) -> list[dict[str, str]]:
+    return chat_messages(purpose, version, question=log.question, options=format_options(log.options),
+                         answer=f"{answer}. {log.options[answer]}")
 
 
-def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path, *, max_new_tokens: int = 512,
+def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path, *,
+                    max_new_tokens: int = hp("self_report", "max_new_tokens"),
                     seed: int = SEED, prompt_version: str = PROMPT_VERSION, progress: bool = True) -> Path:
     """Elicit both self-reports for every log; appends DESIGN 2.3 records to ``out`` (resumable)."""
     check_run_config(out, {"stage": "self_report", "engine": type(engine).__name__, "model": engine.name,
@@ -64,14 +66,15 @@ def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path
         ans = final_answer(log)
         conf = ptrue = None
         if ans is not None:
-            (vc,) = engine.generate([_messages(log, ans, "user_verbalized_confidence", prompt_version)], n=1,
+            (vc,) = engine.generate([_messages(log, ans, "verbalized_confidence", prompt_version)], n=1,
                                     temperature=0.0, max_new_tokens=max_new_tokens,
                                     seed=derive_seed(seed, log.qid, "verbalized"), logprobs=None)
-            conf = parse_confidence(vc[0].text)
-            (pt,) = engine.generate([_messages(log, ans, "user_p_true", prompt_version)], n=1, temperature=0.0,
+            conf = parse_confidence(vc[0].text, tag=prompt_format(prompt_version)["confidence_tag"])
+            (pt,) = engine.generate([_messages(log, ans, "p_true", prompt_version)], n=1, temperature=0.0,
                                     max_new_tokens=1, seed=derive_seed(seed, log.qid, "p_true"), logprobs=20)
             ptrue = p_true_from_top_logprobs(pt[0].first_top_logprobs or [])
         rec = SelfReport(schema_version=1, qid=log.qid, dataset=log.dataset, backbone=log.backbone,
-                         verbalized_confidence=conf, p_true=ptrue, final_answer=ans)
+                         verbalized_confidence=conf, p_true=ptrue, final_answer=ans,
+                         prompt_version=prompt_version)
         sink.append([rec], keys=[log.qid])
     return Path(out)

@@ -33,6 +33,7 @@ from probeguard_core import SEED
 from probeguard_core.logs import Candidate, Cost, QuestionLog, Retrieval, Round, read_logs
 
 from .engines import Engine, Generation
+from .hyperparameters import hp
 from .parsing import format_options, parse_answer, parse_queries
 from .retrieval import Retriever, format_documents
 from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
@@ -41,18 +42,21 @@ from .templates import PROMPT_VERSION, render
 __all__ = ["SubstrateConfig", "run_substrate", "candidate_from", "answers_block", "is_unanimous"]
 
 
+_G = "consensus_generation"
+
+
 @dataclass(frozen=True)
 class SubstrateConfig:
-    """Table 9 defaults (consensus generation)."""
+    """Table 9 defaults (consensus generation), read from ``data/hyperparameters.yaml``."""
 
     dataset: str
     backbone: str
-    n_candidates: int = 8
-    max_rounds: int = 8
-    temperature: float = 0.7
-    max_new_tokens: int = 2048
-    query_max_new_tokens: int = 8192
-    logprobs: int = 20
+    n_candidates: int = hp(_G, "n_candidates")
+    max_rounds: int = hp(_G, "max_rounds")
+    temperature: float = hp(_G, "temperature")
+    max_new_tokens: int = hp(_G, "max_new_tokens")
+    query_max_new_tokens: int = hp(_G, "query_max_new_tokens")
+    logprobs: int = hp(_G, "logprobs")
     seed: int = SEED
     prompt_version: str = PROMPT_VERSION
 
@@ -172,6 +176,7 @@ def _record(s: _State, cfg: SubstrateConfig, reproducible: bool) -> QuestionLog:
         schema_version=1, qid=str(q.qid), dataset=cfg.dataset, backbone=cfg.backbone, question=q.question,
         options=dict(q.options), gold=q.gold, specialty=getattr(q, "specialty", None),
         n_candidates=cfg.n_candidates, max_rounds=cfg.max_rounds, rounds=s.rounds, cost=cost,
+        prompt_version=cfg.prompt_version,
     )
 
 
