@@ -56,8 +56,11 @@ def test_release_validates_and_names_its_stand_ins():
     assert "stand-in" in (RELEASE / "DATASHEET.md").read_text().lower()
     assert "Stand-ins" in rel.describe()
     assert "MedCorp" in m["components"]["corpus"]["what"]
-    for name in ("logs", "probe", "nli", "self_report"):
-        assert (RELEASE / m["cells"][0]["path"] / f"{name}.jsonl.gz").is_file()
+    cell = RELEASE / m["cells"][0]["path"]
+    for name in ("logs", "nli", "self_report"):
+        assert (cell / f"{name}.jsonl.gz").is_file()
+    # the probe runs on every first-round-unanimous question: its file exists iff there is one
+    assert (cell / "probe.jsonl.gz").is_file() == (m["summary"]["first_round_unanimity"] > 0)
 
 
 def test_substrate_regenerates_byte_identical(tmp_path):
