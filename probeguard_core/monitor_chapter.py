@@ -123,7 +123,7 @@ def measured_rates(path: str | os.PathLike[str] | None = None) -> tuple[pd.DataF
                                       f"+{dr['shift']:g} at question {dr['change_at']}")),
         ("detected", f"{dr['detected']} of {dr['streams']}"),
         ("median detection delay (questions after the change)",
-         "—" if dr["median_delay"] is None else f"{dr['median_delay']:.0f} (quartiles {dr['q25']:.0f}–{dr['q75']:.0f})"),
+         "—" if dr["median_delay"] is None else f"{dr['median_delay']:g} (quartiles {dr['q25']:g}–{dr['q75']:g})"),
         ("boundary check: i.i.d. errors at rate α",
          f"{bb['alarms']} alarms in {bb['streams']} streams × {bb['length']} looks ({bb['rate']:.4f})"),
     ]
