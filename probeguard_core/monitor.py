@@ -172,8 +172,9 @@ class MonitorResult:
         for s, al in self.alarms.items():
             out.append(f"ALARM stratum {s}: at question {al['position']} of the stream (batch {al['batch']} "
                        f"{al['batch_label']}, qid {al['qid']}), after {al['n_answered']} answered with "
-                       f"{al['n_errors']} errors: risk lower bound {al['lcb']:.4f} > alpha {self.alpha:g} by "
-                       f"{al['excess']:.4f} (e-value {al['e_value']:.3g} >= 1/level = {1 / self.level:g})")
+                       f"{al['n_errors']} errors: observed risk {al['risk']:.4f} ({al['risk'] - self.alpha:+.4f} over "
+                       f"alpha); risk lower bound {al['lcb']:.4f} > alpha {self.alpha:g} by {al['excess']:.4f} "
+                       f"(e-value {al['e_value']:.3g} >= 1/level = {1 / self.level:g})")
         return out
 
 
@@ -227,7 +228,8 @@ def monitor(cert: Mapping[str, Any], batches: Sequence[StreamBatch], *, level: f
             r = p.iloc[int(hit[0])]
             alarms[s] = {"stratum": s, "position": int(r["position"]), "batch": int(r["batch"]),
                          "batch_label": str(r["batch_label"]), "qid": str(r["qid"]), "n_answered": int(r["n"]),
-                         "n_errors": int(r["errors"]), "lcb": float(r["lcb"]), "excess": float(r["lcb"]) - alpha,
+                         "n_errors": int(r["errors"]), "risk": int(r["errors"]) / int(r["n"]),
+                         "lcb": float(r["lcb"]), "excess": float(r["lcb"]) - alpha,
                          "e_value": float(math.exp(min(float(r["log_e"]), 700.0)))}
         parts.append(p)
     series = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
