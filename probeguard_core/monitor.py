@@ -379,7 +379,10 @@ def timeline_figure(result: MonitorResult, ax: Any = None, title: str | None = N
     ax.set_xlabel("questions streamed")
     ax.set_ylabel("risk among answered")
     ax.set_xlim(0, max(1, result.n_questions))
-    ax.set_ylim(0, None)
+    # the first few answered questions make the running risk jump to 0 or 1: frame the bound and alpha
+    finals = [float((p["errors"] / p["n"]).iloc[-1]) for _, p in s.groupby("stratum")] if len(s) else [0.0]
+    top = max(3 * result.alpha, 1.4 * float(s["lcb"].max()) if len(s) else 0.0, 1.25 * max(finals))
+    ax.set_ylim(0, min(1.0, top))
     ax.legend(fontsize=8, loc="upper left", frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
