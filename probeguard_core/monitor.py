@@ -304,7 +304,7 @@ def timeline_html(result: MonitorResult, title: str = "ProbeGuard monitor") -> s
         return ml + pw * v / xmax
 
     def y(v: float) -> float:
-        return mt + ph * (1 - v / ymax)
+        return mt + ph * (1 - min(float(v), ymax) / ymax)  # clipped to the frame
 
     parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" '
              f'aria-label="{esc(title)}: risk lower bound per stratum over the stream"><title>{esc(title)}</title>'),
