@@ -53,6 +53,24 @@ class DriftDemo:
                              "lower bound at alarm − α": r["alarm_excess"]})
         return pd.DataFrame(rows)
 
+    def headline(self) -> dict[str, Any]:
+        """The page's headline numbers (``results.json``) and the check that ties one to its CSV."""
+        steady = self.steady.summary()
+        drift = self.drifted.summary()
+        first = drift.iloc[0] if len(drift) else None
+        al = min(self.drifted.alarms.values(), key=lambda a: a["position"]) if self.drifted.alarms else None
+        stream = f"drift +{self.settings['shift']:g}"
+        return {
+            **self.settings,
+            "steady_alarm": bool(steady["alarm"].any()) if len(steady) else False,
+            "drift_alarm_at": None if al is None else al["position"],
+            "drift_delay": None if al is None else al["position"] - self.settings["change_at"],
+            "drift_risk": None if first is None else float(first["risk"]),
+            "checks": [] if first is None else [{"key": "drift_risk", "csv": "drift_summary.csv",
+                                                 "row": {"stream": stream, "stratum": first["stratum"]},
+                                                 "column": "risk among answered"}],
+        }
+
     def recalibration(self) -> pd.DataFrame:
         """Per stratum: threshold and calibration coverage before and after recalibrating."""
         if self.recalibrated is None:
