@@ -89,7 +89,7 @@ class DriftDemo:
         """Two timelines (steady, drifted): lower confidence bound and running risk per stratum against α."""
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+        fig, axes = plt.subplots(2, 1, figsize=(7.5, 6.4))  # stacked: legible at phone width too
         MO.timeline_figure(self.steady, ax=axes[0], title="stream without drift")
         MO.timeline_figure(self.drifted, ax=axes[1], title=f"base error +{self.settings['shift']:g} "
                            f"from question {self.settings['change_at']}")
