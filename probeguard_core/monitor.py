@@ -172,8 +172,9 @@ class MonitorResult:
         for s, al in self.alarms.items():
             out.append(f"ALARM stratum {s}: at question {al['position']} of the stream (batch {al['batch']} "
                        f"{al['batch_label']}, qid {al['qid']}), after {al['n_answered']} answered with "
-                       f"{al['n_errors']} errors: risk lower bound {al['lcb']:.4f} > alpha {self.alpha:g} by "
-                       f"{al['excess']:.4f} (e-value {al['e_value']:.3g} >= 1/level = {1 / self.level:g})")
+                       f"{al['n_errors']} errors: observed risk {al['risk']:.4f} ({al['risk'] - self.alpha:+.4f} over "
+                       f"alpha); risk lower bound {al['lcb']:.4f} > alpha {self.alpha:g} by {al['excess']:.4f} "
+                       f"(e-value {al['e_value']:.3g} >= 1/level = {1 / self.level:g})")
         return out
 
 
@@ -227,7 +228,8 @@ def monitor(cert: Mapping[str, Any], batches: Sequence[StreamBatch], *, level: f
             r = p.iloc[int(hit[0])]
             alarms[s] = {"stratum": s, "position": int(r["position"]), "batch": int(r["batch"]),
                          "batch_label": str(r["batch_label"]), "qid": str(r["qid"]), "n_answered": int(r["n"]),
-                         "n_errors": int(r["errors"]), "lcb": float(r["lcb"]), "excess": float(r["lcb"]) - alpha,
+                         "n_errors": int(r["errors"]), "risk": int(r["errors"]) / int(r["n"]),
+                         "lcb": float(r["lcb"]), "excess": float(r["lcb"]) - alpha,
                          "e_value": float(math.exp(min(float(r["log_e"]), 700.0)))}
         parts.append(p)
     series = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
@@ -302,7 +304,7 @@ def timeline_html(result: MonitorResult, title: str = "ProbeGuard monitor") -> s
         return ml + pw * v / xmax
 
     def y(v: float) -> float:
-        return mt + ph * (1 - v / ymax)
+        return mt + ph * (1 - min(float(v), ymax) / ymax)  # clipped to the frame
 
     parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" '
              f'aria-label="{esc(title)}: risk lower bound per stratum over the stream"><title>{esc(title)}</title>'),
@@ -377,7 +379,10 @@ def timeline_figure(result: MonitorResult, ax: Any = None, title: str | None = N
     ax.set_xlabel("questions streamed")
     ax.set_ylabel("risk among answered")
     ax.set_xlim(0, max(1, result.n_questions))
-    ax.set_ylim(0, None)
+    # the first few answered questions make the running risk jump to 0 or 1: frame the bound and alpha
+    finals = [float((p["errors"] / p["n"]).iloc[-1]) for _, p in s.groupby("stratum")] if len(s) else [0.0]
+    top = max(3 * result.alpha, 1.4 * float(s["lcb"].max()) if len(s) else 0.0, 1.25 * max(finals))
+    ax.set_ylim(0, min(1.0, top))
     ax.legend(fontsize=8, loc="upper left", frameon=False)
     if title:
         ax.set_title(title, fontsize=10)

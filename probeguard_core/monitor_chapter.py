@@ -53,6 +53,24 @@ class DriftDemo:
                              "lower bound at alarm − α": r["alarm_excess"]})
         return pd.DataFrame(rows)
 
+    def headline(self) -> dict[str, Any]:
+        """The page's headline numbers (``results.json``) and the check that ties one to its CSV."""
+        steady = self.steady.summary()
+        drift = self.drifted.summary()
+        first = drift.iloc[0] if len(drift) else None
+        al = min(self.drifted.alarms.values(), key=lambda a: a["position"]) if self.drifted.alarms else None
+        stream = f"drift +{self.settings['shift']:g}"
+        return {
+            **self.settings,
+            "steady_alarm": bool(steady["alarm"].any()) if len(steady) else False,
+            "drift_alarm_at": None if al is None else al["position"],
+            "drift_delay": None if al is None else al["position"] - self.settings["change_at"],
+            "drift_risk": None if first is None else float(first["risk"]),
+            "checks": [] if first is None else [{"key": "drift_risk", "csv": "drift_summary.csv",
+                                                 "row": {"stream": stream, "stratum": first["stratum"]},
+                                                 "column": "risk among answered"}],
+        }
+
     def recalibration(self) -> pd.DataFrame:
         """Per stratum: threshold and calibration coverage before and after recalibrating."""
         if self.recalibrated is None:
@@ -71,7 +89,7 @@ class DriftDemo:
         """Two timelines (steady, drifted): lower confidence bound and running risk per stratum against α."""
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+        fig, axes = plt.subplots(2, 1, figsize=(7.5, 6.4))  # stacked: legible at phone width too
         MO.timeline_figure(self.steady, ax=axes[0], title="stream without drift")
         MO.timeline_figure(self.drifted, ax=axes[1], title=f"base error +{self.settings['shift']:g} "
                            f"from question {self.settings['change_at']}")
@@ -123,7 +141,7 @@ def measured_rates(path: str | os.PathLike[str] | None = None) -> tuple[pd.DataF
                                       f"+{dr['shift']:g} at question {dr['change_at']}")),
         ("detected", f"{dr['detected']} of {dr['streams']}"),
         ("median detection delay (questions after the change)",
-         "—" if dr["median_delay"] is None else f"{dr['median_delay']:.0f} (quartiles {dr['q25']:.0f}–{dr['q75']:.0f})"),
+         "—" if dr["median_delay"] is None else f"{dr['median_delay']:g} (quartiles {dr['q25']:g}–{dr['q75']:g})"),
         ("boundary check: i.i.d. errors at rate α",
          f"{bb['alarms']} alarms in {bb['streams']} streams × {bb['length']} looks ({bb['rate']:.4f})"),
     ]
