@@ -37,7 +37,10 @@ def _cand(answer: str | None, rationale: str = "Some reasoning.") -> dict[str, A
             "mean_token_entropy": 0.1}
 
 
-def _log_dict(rounds, gold="A", options="ABCD", docs=None, qid="q", max_rounds=8) -> dict[str, Any]:
+def _log_dict(rounds, gold="A", options="ABCD", docs=None, qid="q", max_rounds=None) -> dict[str, Any]:
+    if max_rounds is None:  # a contested last round below max_rounds is a cut-short log (refused)
+        last = set(rounds[-1])
+        max_rounds = 8 if len(last) == 1 and None not in last else len(rounds)
     rr = []
     for t, answers in enumerate(rounds):
         d = None if docs is None else docs[t]
@@ -234,21 +237,22 @@ def _rates(lg):
 
 
 def test_doc_repeat_rates_union_of_all_earlier_rounds_and_sets():
-    # D1 = {a,b}; D2 = set(c,d,a,a) = {a,c,d}; D3 = null; D4 = [] (empty); D5 = {b,c,e}
-    # rho_1 = NaN (t = 1); rho_2 = |{a}|/3 = 1/3 (a list count would give 2/4);
+    # D1 = {a,b}; D2 = {c,d,a}; D3 = null; D4 = [] (empty); D5 = {b,c,e}; D6 = null (the last
+    # round retrieves nothing; a document id twice in one round is refused by the reader)
+    # rho_1 = NaN (t = 1); rho_2 = |{a}|/3 = 1/3;
     # rho_3 = NaN (no retrieval); rho_4 = NaN (|D_4| = 0, never 0);
     # rho_5 = |{b,c}| / 3 = 2/3 (b comes from round 1: union of ALL earlier rounds, not just t-1)
-    docs = [["a", "b"], ["c", "d", "a", "a"], None, [], ["b", "c", "e"]]
-    lg = qlog([[A, B]] * 5, docs=docs)
+    docs = [["a", "b"], ["c", "d", "a"], None, [], ["b", "c", "e"], None]
+    lg = qlog([[A, B]] * 6, docs=docs)
     got = _rates(lg)
-    exp = [NAN, 1 / 3, NAN, NAN, 2 / 3]
-    assert len(got) == 5
+    exp = [NAN, 1 / 3, NAN, NAN, 2 / 3, NAN]
+    assert len(got) == 6
     assert all(same(g, e) for g, e in zip(got, exp)), got
 
 
 def test_doc_repeat_rate_defined_zero_when_nothing_seen_before():
     # D1 = null, D2 = {x}: t = 2 and |D_2| = 1 > 0 -> rho_2 = 0/1 = 0.0 (defined, not NaN)
-    got = _rates(qlog([[A, B], [A, B]], docs=[None, ["x"]]))
+    got = _rates(qlog([[A, B], [A, B], [A, B]], docs=[None, ["x"], None]))
     assert math.isnan(got[0]) and got[1] == 0.0
 
 
@@ -259,7 +263,7 @@ def test_doc_repeat_rates_all_missing_without_retrieval():
 
 def test_doc_repeat_rates_full_and_partial_repeat():
     # D1 = {a}; D2 = {a} -> 1/1; D3 = {a,b} -> 1/2
-    got = _rates(qlog([[A, B]] * 3, docs=[["a"], ["a"], ["a", "b"]]))
+    got = _rates(qlog([[A, B]] * 4, docs=[["a"], ["a"], ["a", "b"], None]))
     assert all(same(g, e) for g, e in zip(got, [NAN, 1.0, 0.5]))
 
 
@@ -286,7 +290,7 @@ def test_answer_entropy_all_null_round_is_zero():
 # =============================================================================== feature_table consistency
 def test_feature_table_columns_match_per_log_functions():
     # the registry columns must carry the same numbers as the DESIGN 4 per-log functions
-    lg1 = qlog([[A, B]] * 5, docs=[["a", "b"], ["c", "d", "a", "a"], None, [], ["b", "c", "e"]], qid="r")
+    lg1 = qlog([[A, B]] * 6, docs=[["a", "b"], ["c", "d", "a"], None, [], ["b", "c", "e"], None], qid="r")
     lg2 = qlog([[B, B, B, A], [B, B, A, A], [C, C, B, B]], qid="m")
     lg3 = qlog([[C, C, C, C]], qid="u")
     ft = features.feature_table([lg1, lg2, lg3])

@@ -13,6 +13,7 @@ so marking it changes no other simulated value.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -161,7 +162,8 @@ def simulate_release(out: str | Path, cells: list[str] | None = None, seed: int 
             _simulate_and_write(root, cell, scale, progress)
             bar.update()
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # spawn, not fork: the parent may hold threads (progress bars), which fork does not copy safely
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [pool.submit(_simulate_and_write, root, cell, scale, False) for cell in todo]
             try:
                 for fut in as_completed(futures):
