@@ -89,7 +89,8 @@ def main() -> int:
     model, what = _model()
     print(f"model: {what}; {a.prompts} prompts x N={a.n}, {a.tokens} new tokens, temperature 0.7, "
           f"{a.threads} thread(s)")
-    eng = TransformersEngine(model, device="cpu", dtype="float32", num_threads=a.threads, max_batch_rows=a.prompts * a.n)
+    eng = TransformersEngine(model, device="cpu", dtype="float32", num_threads=a.threads, max_batch_rows=a.prompts * a.n,
+                            batch_invariant=False)
     prompts = _prompts(a.prompts)
     seeds = list(range(1, a.prompts + 1))
     kw = {"n": a.n, "temperature": 0.7, "max_new_tokens": a.tokens, "seed": seeds, "logprobs": 20}

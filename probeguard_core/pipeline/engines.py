@@ -270,6 +270,12 @@ class TransformersEngine:
     re-runs the same engine settings (``fast``, ``max_batch_rows``) and the same prompt
     chunking are what is needed, and then results do not depend on order or resumption.
 
+    ``batch_invariant=True`` (default) decodes each prompt's n rows as their own batch, so the
+    records of a stage are byte-identical however its questions are chunked or sharded (the
+    pipeline's batched and per-question runs, and sharded workers, give the same files);
+    ``batch_invariant=False`` also batches decode steps across prompts (faster on a large
+    batch, at the cost of last-bit differences that depend on batch composition).
+
     ``num_threads`` sets ``torch.set_num_threads`` for the process (1 is usually fastest per
     core for a small model on a shared CPU; ``None`` leaves torch's default).
     """
@@ -283,6 +289,7 @@ class TransformersEngine:
     fast: bool = True
     max_batch_rows: int = 32
     num_threads: int | None = None
+    batch_invariant: bool = True
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -380,7 +387,9 @@ class TransformersEngine:
             script = ([*opener, None, *closer, self._eos[0]], max_new_tokens - len(opener) - 1 - len(closer), force_tag[1])
             if script[1] < 1:
                 raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room before the forced answer tag")
-        per = max(1, self.max_batch_rows // n)
+        # batch-invariant (default): each prompt decodes alone (its n rows), so a record does not
+        # depend on which other prompts shared the call (batched = per-question, sharded = single run)
+        per = 1 if self.batch_invariant else max(1, self.max_batch_rows // n)
         out: list[list[Generation]] = []
         for i in range(0, len(ids), per):
             out.extend(self._generate_fast(ids[i:i + per], seeds[i:i + per], n, temperature, max_new_tokens,

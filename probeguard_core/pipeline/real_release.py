@@ -299,7 +299,8 @@ def build_parts(work: Path, cfg: RealConfig, cache: Path | None = None) -> dict[
         index.save(index_dir)
     model_dir = convert_gguf(cache)
     engine = TransformersEngine(str(model_dir), device="cpu", dtype="float32", fast=True,
-                                max_batch_rows=cfg.max_batch_rows, num_threads=cfg.num_threads)
+                                max_batch_rows=cfg.max_batch_rows, num_threads=cfg.num_threads,
+                                batch_invariant=False)
     engine.name = f"{BACKBONE} ({GGUF_FILE} de-quantized to fp32)"
     encoder = SentenceEncoder(max_length=256)
     retriever = Retriever(index, EncoderReranker(encoder))

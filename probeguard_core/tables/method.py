@@ -111,27 +111,40 @@ def _interim_hyperparameters() -> dict[str, Any]:
         "bm25_k1": retrieval.K1, "bm25_b": retrieval.B, "candidates_per_query": retrieval.CANDIDATES_PER_QUERY,
         "kept_after_reranking": retrieval.KEEP_PER_QUERY, "docs_per_round": retrieval.MAX_DOCS,
         "nli_input_limit": nli_run.MAX_LENGTH,
-        "classifier": f"{type(clf).__name__}(penalty={clf.penalty!r}, C={clf.C}, max_iter={clf.max_iter})",
+        "classifier": f"{type(clf).__name__}(C={clf.C}, max_iter={clf.max_iter})",  # scikit-learn's defaults (L2)
         "cv_folds": folds, "seed": SEED,
     }
 
 
+#: Table 9 quantity (``data/paper/reported.csv``) -> its entry ``(group, name)`` in
+#: ``probeguard_core/data/hyperparameters.yaml``, the pipeline's one source of these values.
+_YAML_KEYS: dict[str, tuple[str, str]] = {
+    "n_candidates": ("consensus_generation", "n_candidates"),
+    "max_rounds": ("consensus_generation", "max_rounds"),
+    "candidate_temperature": ("consensus_generation", "temperature"),
+    "candidate_max_new_tokens": ("consensus_generation", "max_new_tokens"),
+    "query_temperature": ("consensus_generation", "query_temperature"),
+    "bm25_k1": ("retrieval", "bm25_k1"),
+    "bm25_b": ("retrieval", "bm25_b"),
+    "candidates_per_query": ("retrieval", "candidates_per_query"),
+    "kept_after_reranking": ("retrieval", "keep_per_query"),
+    "docs_per_round": ("retrieval", "max_docs"),
+    "nli_input_limit": ("rationale_scoring", "nli_max_length"),
+    "cv_folds": ("rationale_scoring", "cv_folds"),
+    "seed": ("rationale_scoring", "seed"),
+}
+
+
 def hyperparameter_source() -> tuple[dict[str, Any], str]:
-    """``(values, where)``: ``probeguard_core/data/hyperparameters.yaml`` when the package ships it
-    (its top-level mapping, flattened one level: ``{stage: {key: value}}`` or ``{key: value}``),
-    else the interim values read from the pipeline's code (``where`` says which)."""
-    path = Path(str(resources.files("probeguard_core") / "data" / "hyperparameters.yaml"))
-    if path.is_file():
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        flat: dict[str, Any] = {}
-        for k, v in doc.items():
-            if isinstance(v, dict):
-                flat.update({kk: (vv.get("value") if isinstance(vv, dict) and "value" in vv else vv)
-                             for kk, vv in v.items()})
-            else:
-                flat[k] = v
-        return flat, "probeguard_core/data/hyperparameters.yaml"
-    return _interim_hyperparameters(), "interim: the pipeline code's constants and defaults (no hyperparameters.yaml yet)"
+    """``(values, where)``: Table 9's values from ``probeguard_core/data/hyperparameters.yaml``
+    (:mod:`probeguard_core.pipeline.hyperparameters`, which the pipeline's configs read their
+    defaults from), keyed by the quantities of ``data/paper/reported.csv``; the classifier is
+    described from :func:`probeguard_core.scoring.make_pipeline` itself."""
+    from probeguard_core.pipeline.hyperparameters import HYPERPARAMETERS_FILE, hp
+
+    values: dict[str, Any] = {q: hp(*key) for q, key in _YAML_KEYS.items()}
+    values["classifier"] = _interim_hyperparameters()["classifier"]
+    return values, f"probeguard_core/{HYPERPARAMETERS_FILE}"
 
 
 def table9() -> pd.DataFrame:
@@ -201,11 +214,11 @@ ALGORITHMS: tuple[AlgorithmLine, ...] = (
                   r"$N$; retriever $\mathcal{R}$ of the substrate; query budget $k\leq 4$",
                   "pipeline.probe_run.probe_eligible"),
     AlgorithmLine(1, "1", r"$q_{1},\dots,q_{j}\leftarrow\textsc{CounterQueries}(x,m^{\ast})$, $j\leq k$ "
-                  r"(temperature 0, thinking mode)", "pipeline.probe_run._counter_queries"),
+                  r"(temperature 0, thinking mode)", "pipeline.probe_run._counter_query_prompt"),
     AlgorithmLine(1, "2", r"$D_{\mathrm{ch}}\leftarrow\mathcal{R}(q_{1},\dots,q_{j})$ (same BM25 + rerank stack, "
                   r"$\leq 8$ documents)", "pipeline.retrieval.Retriever.retrieve"),
     AlgorithmLine(1, "3-5", r"for $i=1$ to $N$: $\tilde{a}_{i}\leftarrow\textsc{ReAnswer}(x,D_{\mathrm{ch}},m^{\ast})$"
-                  r" (devil's-advocate instruction; revision licensed, not demanded)", "pipeline.probe_run._reanswer"),
+                  r" (devil's-advocate instruction; revision licensed, not demanded)", "pipeline.probe_run._reanswer_prompt"),
     AlgorithmLine(1, "6-7", r"$\kappa\leftarrow|\{i:\tilde{a}_{i}=m^{\ast}\}|/N$; return $\kappa$",
                   "probe.keep_rate"),
     AlgorithmLine(2, "1-2", r"for each certified stratum $S$: $\mathcal{D}_{S}\leftarrow\{(x,y)\in"
