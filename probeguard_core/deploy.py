@@ -360,7 +360,7 @@ def _certify(req: _Request, sc: _Scored) -> tuple[list[str], pd.DataFrame, dict[
                                    req.alpha, req.delta, req.grid_desc, certified=tested)
     except ValueError as exc:
         raise DeployError(str(exc)) from None
-    level = req.delta / (req.grid_desc.size * len(tested))  # Algorithm 2, line 7
+    level = C.bonferroni_level(req.delta, req.grid_desc.size, len(tested))  # Algorithm 2, line 7
     if not np.array_equal(res.pvalues["rejected"].to_numpy(dtype=bool), res.pvalues["p_value"].to_numpy() <= level):
         raise AssertionError("certify.stratified_certify used a different Bonferroni level")
     return tested, res.pvalues, dict(res.thresholds), level

@@ -374,7 +374,7 @@ def _self_check(cert: DeploymentCertificate, obj: dict[str, Any], where: str) ->
     if unknown:
         raise _fail(where, "tested_strata", f"names {unknown} that are not among the strata")
     m = len(cert.tested_strata)
-    level = cert.delta / (len(cert.grid) * m) if m else None
+    level = C.bonferroni_level(cert.delta, len(cert.grid), m) if m else None
     if not _close(cert.bonferroni_level, level):
         raise _fail(where, "bonferroni_level", f"is {cert.bonferroni_level!r} but delta / (|grid| * m) = "
                     f"{cert.delta} / ({len(cert.grid)} * {m}) = {level!r} (Algorithm 2, line 7)")

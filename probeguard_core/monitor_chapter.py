@@ -39,6 +39,7 @@ class DriftDemo:
     drifted: MO.MonitorResult
     recalibrated: deploy.DeploymentCertificate | None
     settings: dict[str, Any]
+    notes: tuple[str, ...] = ()  # what the release lacked, and what the page used instead
 
     def summary(self) -> pd.DataFrame:
         """One row per (stream, certified stratum): answered, errors, risk, alarm, delay after the change."""
@@ -104,9 +105,19 @@ def drift_demo(release: Release, *, dataset: str = "medqa", backbone: str = "Qwe
     """Certify ``release``'s (dataset, backbone) cell at ``alpha``; monitor a steady and a drifted stream."""
     from probeguard_core.simulate.drift import DriftSchedule, drift_stream
 
-    cell = release.cell(dataset, backbone)
-    cert = deploy.certify_logs(cell.logs, cell.probe, cell.nli, alpha=alpha, created_by="monitor_chapter.drift_demo")
     sim_cell = f"{dataset}/{backbone_slug(backbone)}"
+    notes: tuple[str, ...] = ()
+    if release.has_cell(dataset, backbone):
+        cell = release.cell(dataset, backbone)
+        cal_logs, cal_probe, cal_nli = cell.logs, cell.probe, cell.nli
+    else:  # calibrate on a steady stream of the simulator's cell instead, and say so
+        cal = drift_stream(window, DriftSchedule(), batch_size=window, seed=seed - 1, cell=sim_cell)
+        cal_logs = [lg for b in cal for lg in b.logs]
+        cal_probe = [r for b in cal for r in b.probe]
+        cal_nli = [r for b in cal for r in b.nli]
+        notes = (f"this release has no {dataset} / {backbone} cell, so the page calibrates on {window} questions "
+                 f"the simulator draws for that cell (seed {seed - 1}) instead of on the release's own logs.",)
+    cert = deploy.certify_logs(cal_logs, cal_probe, cal_nli, alpha=alpha, created_by="monitor_chapter.drift_demo")
 
     def stream(sched: DriftSchedule, s: int) -> list[MO.StreamBatch]:
         return [MO.StreamBatch(f"batch {b.index + 1}", b.logs, b.probe, b.nli)
@@ -119,7 +130,7 @@ def drift_demo(release: Release, *, dataset: str = "medqa", backbone: str = "Qwe
     recal = MO.recalibrate(cert, drift_b, window, reason="alarm" if drifted.alarms else "requested")[0]
     return DriftDemo(cert, steady, drifted, recal, {"alpha": alpha, "shift": shift, "change_at": change_at,
                                                      "length": length, "batch_size": batch_size, "window": window,
-                                                     "level": level, "seed": seed, "cell": sim_cell})
+                                                     "level": level, "seed": seed, "cell": sim_cell}, notes)
 
 
 def measured_rates(path: str | os.PathLike[str] | None = None) -> tuple[pd.DataFrame, str]:

@@ -77,6 +77,10 @@ class NotebookEntry:
     test_params: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
     weight: float = 0.0  # measured cold run time (s): the parallel build starts the heaviest first
+    #: why ``results.json`` may carry no consistency check (a reference page that shows no number
+    #: computed from the release, or one whose checked table can be empty on a small release);
+    #: empty = at least one check is required (tests/test_notebooks.py)
+    no_checks: str = ""
 
     @property
     def source(self) -> Path:
@@ -84,7 +88,7 @@ class NotebookEntry:
 
 
 def load_registry(root: Path | None = None) -> list[NotebookEntry]:
-    """Read ``notebooks/registry.yml`` (a list of ``{name, chapter, test_params, outputs, weight}``)."""
+    """Read ``notebooks/registry.yml`` (a list of ``{name, chapter, test_params, outputs, weight, no_checks}``)."""
     root = root or repo_root()
     path = root / REGISTRY
     if not path.is_file():
@@ -97,7 +101,7 @@ def load_registry(root: Path | None = None) -> list[NotebookEntry]:
     for i, item in enumerate(data):
         if not isinstance(item, dict) or not {"name", "chapter"} <= set(item):
             raise BuildError(f"{path}: entry {i} needs at least 'name' and 'chapter'")
-        unknown = set(item) - {"name", "chapter", "test_params", "outputs", "weight"}
+        unknown = set(item) - {"name", "chapter", "test_params", "outputs", "weight", "no_checks"}
         if unknown:
             raise BuildError(f"{path}: entry {i} ({item['name']}): unknown field(s) {sorted(unknown)}")
         name = str(item["name"])
@@ -113,7 +117,10 @@ def load_registry(root: Path | None = None) -> list[NotebookEntry]:
         weight = item.get("weight", 0.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight < 0:
             raise BuildError(f"{path}: entry {name}: weight must be a non-negative number of seconds, got {weight!r}")
-        entries.append(NotebookEntry(name, str(item["chapter"]), dict(tp), tuple(outs), float(weight)))
+        no_checks = item.get("no_checks", "")
+        if not isinstance(no_checks, str):
+            raise BuildError(f"{path}: entry {name}: no_checks must be the reason, as text")
+        entries.append(NotebookEntry(name, str(item["chapter"]), dict(tp), tuple(outs), float(weight), no_checks))
     return entries
 
 

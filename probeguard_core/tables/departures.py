@@ -271,9 +271,12 @@ def departures(generated: str | Path, names: Sequence[str], *, simulated: bool,
 
 def display(d: Departures, role: str | None = None, top: int | None = None) -> Any:
     """The rows (of one ``role``; the ``top`` first) as an ours | paper | Δ table for reading."""
-    from probeguard_core.tables.display import long_beside
+    from probeguard_core.tables.display import long_beside, note
 
     rows = d.rows if role is None else d.rows[d.rows["role"] == role]
+    if rows.empty:  # e.g. a real release has no simulator inputs, or the pages were not run
+        return note(f"No {role or ''} numbers beside the paper on the pages this release ran.".replace("  ", " "),
+                    title="None here")
     if top is not None:
         rows = rows.head(top)
     shown = rows.assign(where=rows["source"], departure_shown=[

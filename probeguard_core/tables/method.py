@@ -20,7 +20,6 @@ import importlib
 import inspect
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
