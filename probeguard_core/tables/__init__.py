@@ -63,7 +63,7 @@ NAMES: dict[str, str] = {
         "pick_backbone", "pick_backbones", "pick_dataset", "pick_datasets",
     ], "picking"),
     **dict.fromkeys([
-        "TRAJECTORY_FAMILIES", "difficulty_correlations", "difficulty_summary", "pilot_shift",
+        "TRAJECTORY_FAMILIES", "difficulty_correlations", "difficulty_summary", "pilot_page", "pilot_shift",
     ], "difficulty"),
     **dict.fromkeys([
         "ALGORITHMS", "PAPER_TABLE4", "AlgorithmLine", "algorithm_lines", "algorithms_markdown",

@@ -138,3 +138,28 @@ class _Subset:
 
     def has(self, what: str) -> bool:
         return bool(getattr(self, what, None))
+
+
+def pilot_page(cells: list[CellLike]) -> tuple[pd.DataFrame, Any, pd.DataFrame]:
+    """The §5.2 part of the difficulty page: ``(pilot, view, shift)``.
+
+    ``pilot`` is :func:`pilot_shift` of every cell (the CSV); ``view`` what the page shows: the
+    marked cells' rows with the shift's magnitude beside the paper's 0.007 (the paper gives no
+    sign), or a note when no question of these cells carries the DESIGN 2.1 ``probe_pilot``
+    marker; ``shift`` the signed ``auroc_shift_pilot_excluded`` rows (the headline numbers).
+    """
+    from probeguard_core.paper import beside_paper
+    from probeguard_core.tables.display import long_beside, note
+
+    pilot = pd.concat([pilot_shift(c) for c in cells], ignore_index=True)
+    marked = pilot[pilot["marked"]]
+    is_shift = marked["quantity"] == "auroc_shift_pilot_excluded"
+    shift = marked[is_shift]
+    if marked.empty:
+        return pilot, note("no question of these cells carries the DESIGN 2.1 probe_pilot marker, so the §5.2 "
+                           "sensitivity check cannot run."), shift
+    shift_b = beside_paper(shift.assign(value=shift["value"].abs()), on=["backbone", "quantity", "signal", "stratum"],
+                           source="§5.2", dataset=None)
+    view = long_beside(pd.concat([marked[~is_shift], shift_b], ignore_index=True), keys=["dataset", "quantity"],
+                       extra=["n", "n_pilot"])
+    return pilot, view, shift
