@@ -212,11 +212,11 @@ ALGORITHMS: tuple[AlgorithmLine, ...] = (
     AlgorithmLine(1, "in", r"question $x$ with unanimous first-round consensus $m^{\ast}$ ($a_{1}=1$); panel size "
                   r"$N$; retriever $\mathcal{R}$ of the substrate; query budget $k\leq 4$",
                   "pipeline.probe_run.probe_eligible"),
-    AlgorithmLine(1, "1", r"$q_{1},\dots,q_{j}\leftarrow\textsc{CounterQueries}(x,m^{\ast})$, $j\leq k$ "
+    AlgorithmLine(1, "1", r"$q_{1},\dots,q_{j}\leftarrow\mathsf{CounterQueries}(x,m^{\ast})$, $j\leq k$ "
                   r"(temperature 0, thinking mode)", "pipeline.probe_run._counter_query_prompt"),
     AlgorithmLine(1, "2", r"$D_{\mathrm{ch}}\leftarrow\mathcal{R}(q_{1},\dots,q_{j})$ (same BM25 + rerank stack, "
                   r"$\leq 8$ documents)", "pipeline.retrieval.Retriever.retrieve"),
-    AlgorithmLine(1, "3-5", r"for $i=1$ to $N$: $\tilde{a}_{i}\leftarrow\textsc{ReAnswer}(x,D_{\mathrm{ch}},m^{\ast})$"
+    AlgorithmLine(1, "3-5", r"for $i=1$ to $N$: $\tilde{a}_{i}\leftarrow\mathsf{ReAnswer}(x,D_{\mathrm{ch}},m^{\ast})$"
                   r" (devil's-advocate instruction; revision licensed, not demanded)", "pipeline.probe_run._reanswer_prompt"),
     AlgorithmLine(1, "6-7", r"$\kappa\leftarrow|\{i:\tilde{a}_{i}=m^{\ast}\}|/N$; return $\kappa$",
                   "probe.keep_rate"),
