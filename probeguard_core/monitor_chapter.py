@@ -52,7 +52,9 @@ class DriftDemo:
                              "answered": r["answered"], "errors": r["errors"], "risk among answered": r["risk"],
                              "alarm at question": pos, "questions after the change": delay,
                              "lower bound at alarm − α": r["alarm_excess"]})
-        return pd.DataFrame(rows)
+        return pd.DataFrame(rows, columns=["stream", "stratum", "questions", "answered", "errors", "risk among answered",
+                                           "alarm at question", "questions after the change",
+                                           "lower bound at alarm − α"])
 
     def headline(self) -> dict[str, Any]:
         """The page's headline numbers (``results.json``) and the check that ties one to its CSV."""

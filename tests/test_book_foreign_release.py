@@ -190,11 +190,16 @@ def test_provenance_banner_names_the_real_release(runs: _Runs, name: str) -> Non
         assert "Simulated release" not in shown, f"{name}/{r.name}: says simulated"
 
 
+#: Reference pages that document the code (prompt files, feature registry, algorithms, settings):
+#: the same on every release by design, so they are not expected to change with it.
+RELEASE_INDEPENDENT = {"appendix_a_prompts", "appendix_b_table4", "appendix_d_algorithms", "appendix_l_table9"}
+
+
 @pytest.mark.parametrize("name", _group(*FOREIGN))
 def test_numbers_come_from_the_release(runs: _Runs, name: str) -> None:
     """Per notebook, some headline value of results.json differs from the shipped release's (a
     number, a chosen question, or a number the release cannot give)."""
-    for e in ENTRIES:
+    for e in (e for e in ENTRIES if e.name not in RELEASE_INDEPENDENT):
         ours = _numbers(_results(runs[name], e.name))
         ref = _numbers(_results(runs["shipped"], e.name))
         common = sorted(set(ours) & set(ref))
@@ -208,7 +213,7 @@ def test_a_complete_foreign_release_changes_numbers_not_just_gaps(runs: _Runs) -
     """The release with every artifact: in each notebook, a value both releases report differs
     (not merely one that this release cannot give)."""
     name = "two_datasets"
-    for e in ENTRIES:
+    for e in (e for e in ENTRIES if e.name not in RELEASE_INDEPENDENT):
         ours, ref = _numbers(_results(runs[name], e.name)), _numbers(_results(runs["shipped"], e.name))
         both = sorted(k for k in set(ours) & set(ref) if ours[k] is not None and ref[k] is not None)
         assert any(_differs(ours[k], ref[k]) for k in both), \
