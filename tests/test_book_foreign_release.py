@@ -69,6 +69,12 @@ def _group(*names: str) -> list[Any]:
     return [pytest.param(n, marks=pytest.mark.xdist_group(f"release-{n}")) for n in names]
 
 
+def _reading(gen: Path) -> dict[str, dict[str, Any]]:
+    """:data:`PER_NOTEBOOK` with every RUN_LAST page reading this run's outputs (``gen``), not the
+    fixture its small standalone test reads: its numbers must come from this release's pages."""
+    return PER_NOTEBOOK | {n: PER_NOTEBOOK[n] | {"generated": str(gen)} for n in bb.RUN_LAST if n in PER_NOTEBOOK}
+
+
 def _make_run(name: str, folder: Path) -> dict[str, Any]:
     """Run every notebook on one release (``shipped`` = the reference) into ``folder``."""
     root = book_copy(folder / "book")
@@ -76,12 +82,13 @@ def _make_run(name: str, folder: Path) -> dict[str, Any]:
     with _with_root(root):
         if name == "shipped":
             rel, gen = SHIPPED, folder / "gen"
-            res = bb.run_notebooks(rel, jobs=2, params=REFERENCE, per_notebook=PER_NOTEBOOK, generated=gen, root=root,
+            res = bb.run_notebooks(rel, jobs=2, params=REFERENCE, per_notebook=_reading(gen), generated=gen, root=root,
                                    only=_ONLY or None)
         else:
             rel = FOREIGN[name](folder / "releases")
             gen = root / bb.GENERATED if name == HTML_RELEASE else folder / "gen"  # that one feeds the HTML build
-            res = bb.run_notebooks(rel, jobs=2, per_notebook=PER_NOTEBOOK, generated=gen, root=root, only=_ONLY or None)
+            res = bb.run_notebooks(rel, jobs=2, per_notebook=_reading(gen), generated=gen, root=root,
+                                   only=_ONLY or None)
             if name == HTML_RELEASE and all(r.ok for r in res) and not _ONLY:  # a subset cannot fill the toc
                 out["html"] = str(bb.build_book(rel, root=root))
     out |= {"release": str(rel), "generated": str(gen),

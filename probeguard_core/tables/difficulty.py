@@ -22,7 +22,7 @@ from probeguard_core import SEED
 from probeguard_core import metrics as M
 from probeguard_core.tables.protocols import CellLike
 
-__all__ = ["TRAJECTORY_FAMILIES", "difficulty_correlations", "difficulty_summary", "pilot_shift"]
+__all__ = ["TRAJECTORY_FAMILIES", "difficulty_correlations", "difficulty_summary", "pilot_page", "pilot_shift"]
 
 #: The families §5.1 calls the trajectory families (all but the rationale family).
 TRAJECTORY_FAMILIES: tuple[str, ...] = ("agreement", "distribution", "minority", "retrieval")
