@@ -471,10 +471,13 @@ class TransformersEngine:
                 t = t.expand(n, *t.shape[1:])
                 return torch.nn.functional.pad(t, (0, 0, lmax - L, 0)) if L < lmax else t
 
+            # preallocated to lmax + max_new_tokens: a decode step writes one slot in place
+            # instead of re-concatenating the whole cache (DynamicLayer's O(length) copy per step)
             cache = DynamicCache(ddp_cache_data=[
                 (torch.cat([padded(kv[p][li][0], lens[p]) for p in range(q)]),
                  torch.cat([padded(kv[p][li][1], lens[p]) for p in range(q)]))
                 for li in range(n_layers)])
+            cache.layers = [_preallocated_layer(layer.keys, layer.values, max_new_tokens) for layer in cache.layers]
             del kv
             mask = torch.zeros((q * n, lmax), dtype=torch.long, device=dev)
             for p, L in enumerate(lens):
@@ -525,7 +528,7 @@ class TransformersEngine:
                 if len(keep) < len(active):  # drop prompts whose n rows have all finished
                     rows = torch.cat([torch.arange(b * n, (b + 1) * n, device=dev) for b in keep])
                     for layer in cache.layers:
-                        layer.keys, layer.values = layer.keys[rows], layer.values[rows]
+                        layer.select_rows(rows)
                     mask, pos, nxt = mask[rows], pos[rows], nxt[rows]
                     active = [active[b] for b in keep]
                 mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=dev)], dim=1)
@@ -606,9 +609,51 @@ class TransformersEngine:
         return torch.tensor(toks, dtype=nt.dtype, device=nt.device)
 
 
+def _preallocated_layer(keys: Any, values: Any, extra: int) -> Any:
+    """A full-attention cache layer holding ``keys``/``values`` (batch, heads, length, dim) in a
+    buffer with room for ``extra`` more positions, updated in place.
+
+    ``DynamicLayer.update`` concatenates, copying the whole cache at every decode step; on a CPU
+    with 16 rows of ~1,200 cached positions that copy costs more than the step's matmuls. The
+    layer exposes the filled prefix as ``keys``/``values`` views, so the model code and the mask
+    sizes see exactly what a ``DynamicLayer`` would.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class _Preallocated(DynamicLayer):
+        def __init__(self) -> None:
+            super().__init__()
+            b, h, n, d = keys.shape
+            self._k = keys.new_empty((b, h, n + extra, d))
+            self._v = values.new_empty((b, h, n + extra, d))
+            self._k[:, :, :n], self._v[:, :, :n] = keys, values
+            self._n, self.dtype, self.device, self.is_initialized = n, keys.dtype, keys.device, True
+            self._view()
+
+        def _view(self) -> None:
+            self.keys, self.values = self._k[:, :, :self._n], self._v[:, :, :self._n]
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            m = key_states.shape[-2]
+            if self._n + m > self._k.shape[-2]:
+                raise RuntimeError(f"preallocated cache full ({self._k.shape[-2]} positions)")
+            self._k[:, :, self._n:self._n + m] = key_states
+            self._v[:, :, self._n:self._n + m] = value_states
+            self._n += m
+            self._view()
+            return self.keys, self.values
+
+        def select_rows(self, rows: Any) -> None:
+            self._k, self._v = self._k[rows], self._v[rows]
+            self._view()
+
+    return _Preallocated()
+
+
 # --------------------------------------------------------------------------------------------
 # vLLM
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass
 class VLLMEngine:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from probeguard_core import SEED
 
@@ -278,8 +279,10 @@ class ForcedTagEngine:
         return out
 
 
-def build_parts(work: Path, cfg: RealConfig, cache: Path | None = None) -> dict[str, Any]:
-    """Questions, index, engine, retriever and NLI stand-in (built or reused in ``work``)."""
+def build_parts(work: Path, cfg: RealConfig, cache: Path | None = None,
+                calls_log: str = "engine_calls.jsonl") -> dict[str, Any]:
+    """Questions, index, engine, retriever and NLI stand-in (built or reused in ``work``);
+    ``calls_log`` names the per-call log in ``work`` (one per process)."""
     import torch
 
     from probeguard_core.pipeline.engines import TransformersEngine
@@ -307,7 +310,7 @@ def build_parts(work: Path, cfg: RealConfig, cache: Path | None = None) -> dict[
     return {"questions": questions, "index": index, "engine": engine,
             "wrapped": ForcedTagEngine(engine, render("system_answer", version),
                                        [render("system_query", version), render("system_counter_query", version)],
-                                       work / "engine_calls.jsonl"), "retriever": retriever,
+                                       work / calls_log), "retriever": retriever,
             "nli": EncoderSimilarityNLI(encoder), "version": version, "model_dir": model_dir}
 
 
@@ -335,14 +338,75 @@ class _Timer:
         d = self.data.setdefault(stage, {"wall_s": 0.0})
         d["wall_s"] = round(d["wall_s"] + seconds, 3)
         for k, v in extra.items():
-            d[k] = d.get(k, 0) + v if isinstance(v, (int, float)) else v
+            d[k] = max(d.get(k, 0), v) if k == "workers" else d.get(k, 0) + v if isinstance(v, (int, float)) else v
         self.path.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n")
 
 
+def _chunks(questions: Sequence[Any], cfg: RealConfig) -> list[list[Any]]:
+    """The substrate's fixed chunks: consecutive questions of the seeded order, as many as fill
+    ``max_batch_rows`` decode rows. A record depends on its chunk (the chunk's prompts decode
+    together), never on which process ran it or on what ran before (seeds derive from the qid)."""
+    batch = max(1, cfg.max_batch_rows // cfg.n_candidates)
+    return [list(questions[i:i + batch]) for i in range(0, len(questions), batch)]
+
+
+def _shard_path(work: Path, shard: int, workers: int) -> Path:
+    return work / f"logs.shard-{shard}-of-{workers}.jsonl"
+
+
+def _substrate_shard(work: str, cfg: RealConfig, cache: str | None, shard: int, workers: int,
+                     stop_at: float | None) -> dict[str, int]:
+    """One worker process of a sharded substrate: chunks ``shard, shard + workers, ...`` into its
+    own append-only shard file (resumable), one thread; returns the engine's counters."""
+    from probeguard_core.pipeline.substrate import run_substrate
+
+    w = Path(work)
+    parts = build_parts(w, cfg, Path(cache) if cache else None,
+                        calls_log=f"engine_calls.shard-{shard}-of-{workers}.jsonl")
+    out, conf = _shard_path(w, shard, workers), substrate_config(cfg, parts["version"])
+    for chunk in _chunks(parts["questions"], cfg)[shard::workers]:
+        if stop_at is not None and time.time() >= stop_at:
+            break
+        run_substrate(chunk, parts["wrapped"], parts["retriever"], out, conf, batch_size=len(chunk),
+                      reproducible=True, progress=False)
+    eng = parts["engine"]
+    return {"prompt_tokens": eng.prompt_tokens, "forced_rows": eng.forced_rows, "tagged_rows": eng.tagged_rows}
+
+
+def _shard_lines(work: Path, workers: int) -> int:
+    paths = [_shard_path(work, i, workers) for i in range(workers)]
+    return sum(len(p.read_bytes().splitlines()) for p in paths if p.is_file())
+
+
+def merge_shards(work: Path, questions: Sequence[Any], workers: int) -> int:
+    """Write ``logs.jsonl`` and ``logs.cost.jsonl`` from the shard files, lines copied verbatim in
+    the seeded question order (only questions every earlier one of which is done, so a resumed
+    run never leaves a gap). Returns the number of questions merged."""
+    from probeguard_core.fileio import write_text_atomic
+
+    lines: dict[str, dict[str, str]] = {"logs": {}, "cost": {}}
+    for shard in range(workers):
+        src = _shard_path(work, shard, workers)
+        for kind, path in (("logs", src), ("cost", src.with_name(src.name.removesuffix(".jsonl") + ".cost.jsonl"))):
+            if path.is_file():
+                for line in path.read_text(encoding="utf-8").splitlines():
+                    lines[kind][str(json.loads(line)["qid"])] = line  # cost: last line per qid wins
+    order: list[str] = []
+    for q in questions:
+        if str(q.qid) not in lines["logs"]:
+            break
+        order.append(str(q.qid))
+    write_text_atomic(work / "logs.jsonl", "".join(lines["logs"][k] + "\n" for k in order))
+    write_text_atomic(work / "logs.cost.jsonl", "".join(lines["cost"][k] + "\n" for k in order))
+    return len(order)
+
+
 def run_stages(work: Path, cfg: RealConfig, parts: dict[str, Any], stages: Sequence[str], progress: bool = True,
-               stop_at: float | None = None) -> None:
+               stop_at: float | None = None, workers: int = 1, cache: Path | None = None) -> None:
     """Run the stages in order; ``stop_at`` (epoch seconds) stops the substrate between chunks,
-    and the later stages then run on the questions it finished."""
+    and the later stages then run on the questions it finished. ``workers > 1`` runs the
+    substrate's chunks in that many one-thread processes (:func:`_substrate_shard`) and merges
+    their shard files; the records are the same as one process would write."""
     from probeguard_core.logs import read_logs
     from probeguard_core.pipeline.nli_run import run_nli
     from probeguard_core.pipeline.probe_run import ProbeConfig, run_probe
@@ -358,18 +422,36 @@ def run_stages(work: Path, cfg: RealConfig, parts: dict[str, Any], stages: Seque
         timer.add(stage, time.perf_counter() - t0, prompt_tokens=eng.prompt_tokens - p0,
                   forced_tag_rows=eng.forced_rows - f0, own_tag_rows=eng.tagged_rows - n0)
 
-    if "substrate" in stages:
-        batch = max(1, cfg.max_batch_rows // cfg.n_candidates)
+    if "substrate" in stages and workers > 1:
+        import multiprocessing as mp
 
+        t0 = time.perf_counter()
+        args = [(str(work), cfg, str(cache) if cache else None, i, workers, stop_at) for i in range(workers)]
+        with mp.get_context("spawn").Pool(workers) as pool:
+            job = pool.starmap_async(_substrate_shard, args)
+            with tqdm(total=len(parts["questions"]), desc=f"substrate ({workers} processes)", unit="q",
+                      disable=not progress) as bar:
+                while not job.ready():  # the shard files are the progress: one line per finished question
+                    job.wait(10)
+                    bar.update(_shard_lines(work, workers) - bar.n)
+            counts = job.get()
+        done = merge_shards(work, parts["questions"], workers)
+        if done < len(parts["questions"]):
+            print(f"substrate: {done} of {len(parts['questions'])} questions done (rerun to resume)", file=sys.stderr)
+        timer.add("substrate", time.perf_counter() - t0, workers=workers,
+                  prompt_tokens=sum(c["prompt_tokens"] for c in counts),
+                  forced_tag_rows=sum(c["forced_rows"] for c in counts), own_tag_rows=sum(c["tagged_rows"] for c in counts))
+    elif "substrate" in stages:
         def substrate() -> None:
-            qs = parts["questions"]
-            for end in range(batch, len(qs) + batch, batch):  # chunk by chunk, so a deadline can cut in between
+            done: list[Any] = []
+            for chunk in _chunks(parts["questions"], cfg):  # chunk by chunk, so a deadline can cut in between
                 if stop_at is not None and time.time() >= stop_at:
-                    print(f"substrate: stopped at the deadline after {min(end - batch, len(qs))} of {len(qs)} questions "
-                          "(rerun to resume)", file=sys.stderr)
+                    print(f"substrate: stopped at the deadline after {len(done)} of {len(parts['questions'])} "
+                          "questions (rerun to resume)", file=sys.stderr)
                     break
-                run_substrate(qs[:end], wrapped, parts["retriever"], work / "logs.jsonl", substrate_config(cfg, version),
-                              batch_size=batch, reproducible=True, progress=progress)
+                run_substrate(chunk, wrapped, parts["retriever"], work / "logs.jsonl", substrate_config(cfg, version),
+                              batch_size=len(chunk), reproducible=True, progress=progress)
+                done += chunk
 
         timed("substrate", substrate)
     logs = read_logs(work / "logs.jsonl") if (work / "logs.jsonl").is_file() else []
@@ -648,6 +730,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=RealConfig.max_new_tokens)
     ap.add_argument("--query-max-new-tokens", type=int, default=RealConfig.query_max_new_tokens)
     ap.add_argument("--threads", type=int, default=RealConfig.num_threads)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="substrate processes of one thread each (the records do not depend on it)")
     ap.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     ap.add_argument("--no-assemble", action="store_true", help="run the stages only")
     ap.add_argument("--assemble-only", action="store_true", help="only (re)build the release folder from the work folder")
@@ -674,7 +758,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         parts = build_parts(work, cfg, Path(a.cache) if a.cache else None)
         stop_at = None if a.substrate_minutes is None else time.time() + 60 * a.substrate_minutes
-        run_stages(work, cfg, parts, a.stages, progress=not a.no_progress, stop_at=stop_at)
+        run_stages(work, cfg, parts, a.stages, progress=not a.no_progress, stop_at=stop_at, workers=a.workers,
+                   cache=Path(a.cache) if a.cache else None)
     if not a.no_assemble:
         out = assemble(work, Path(a.out), cfg, _parts_info(parts), replace=a.replace)
         print(f"release written to {out}")
