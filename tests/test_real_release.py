@@ -98,3 +98,35 @@ def test_substrate_regenerates_byte_identical(tmp_path):
         assert line["cost"]["completion_tokens"] == cost["completion_tokens"]
         line["cost"] = None
         assert dump_line(rec) == dump_line(line)
+
+
+def test_sharded_substrate_chunks_and_merge(tmp_path):
+    """The substrate's chunks do not depend on the number of processes, and the shards merge
+    into the seeded order verbatim, stopping at the first question not yet done."""
+    from types import SimpleNamespace
+
+    from probeguard_core.pipeline.real_release import RealConfig, _chunks, _shard_path, merge_shards
+
+    qs = [SimpleNamespace(qid=f"q{i}") for i in range(7)]
+    chunks = _chunks(qs, RealConfig(max_batch_rows=16, n_candidates=8))
+    assert [[q.qid for q in c] for c in chunks] == [["q0", "q1"], ["q2", "q3"], ["q4", "q5"], ["q6"]]
+    # two processes: chunks 0 and 2 in shard 0, chunks 1 and 3 in shard 1; q6 (chunk 3) not done yet,
+    # q4/q5 written in the other order, and a resumed run's second cost line for q0 (the last wins)
+    lines = {0: ['{"qid": "q0", "x": 1}', '{"qid": "q1", "x": 2}', '{"qid": "q5", "x": 6}', '{"qid": "q4", "x": 5}'],
+             1: ['{"qid": "q2", "x": 3}', '{"qid": "q3", "x": 4}']}
+    for shard, ls in lines.items():
+        p = _shard_path(tmp_path, shard, 2)
+        p.write_text("".join(x + "\n" for x in ls))
+        cost = [json.dumps({"qid": json.loads(x)["qid"], "completion_tokens": 1}) for x in ls]
+        if shard == 0:
+            cost.append(json.dumps({"qid": "q0", "completion_tokens": 9}))
+        p.with_name(p.name.replace(".jsonl", ".cost.jsonl")).write_text("".join(x + "\n" for x in cost))
+    assert merge_shards(tmp_path, qs, 2) == 6
+    merged = (tmp_path / "logs.jsonl").read_text().splitlines()
+    assert [json.loads(x)["x"] for x in merged] == [1, 2, 3, 4, 5, 6]
+    assert merged[0] == lines[0][0]  # copied verbatim
+    costs = [json.loads(x) for x in (tmp_path / "logs.cost.jsonl").read_text().splitlines()]
+    assert [c["qid"] for c in costs] == ["q0", "q1", "q2", "q3", "q4", "q5"] and costs[0]["completion_tokens"] == 9
+    # a gap (chunk 1 missing) stops the merge there
+    _shard_path(tmp_path, 1, 2).unlink()
+    assert merge_shards(tmp_path, qs, 2) == 2
