@@ -22,10 +22,9 @@ from probeguard_core.logs import read_logs, read_nli, read_probe, read_self_repo
 from probeguard_core.pipeline.engines import TransformersEngine
 from probeguard_core.pipeline.nli_run import NLIScorer, run_nli
 from probeguard_core.pipeline.probe_run import ProbeConfig, donor_map, run_probe
-from probeguard_core.pipeline.retrieval import BM25Index, CrossEncoderReranker, Retriever, _tokenize, doc_text
+from probeguard_core.pipeline.retrieval import BM25Index, _tokenize, doc_text
 from probeguard_core.pipeline.self_report import run_self_report
 from probeguard_core.pipeline.substrate import SubstrateConfig, run_substrate
-from probeguard_core.questions import load_questions
 from probeguard_core.rse import rationale_semantic_entropy
 
 pytestmark = pytest.mark.slow
@@ -35,17 +34,8 @@ pytestmark = pytest.mark.slow
 def env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        root = tmp_path_factory.mktemp("pipeline")
-        ns = SimpleNamespace(root=root)
-        ns.qwen = tm.build_tiny_qwen3(root / "qwen")
-        ns.nli = tm.build_tiny_nli(root / "nli")
-        ns.ce = tm.build_tiny_cross_encoder(root / "ce")
-        ns.corpus = tm.write_corpus(root / "corpus.jsonl", 50)
-        ns.questions_path = tm.write_questions(root / "benchmark.json", 5)
-        ns.questions = load_questions(ns.questions_path, dataset="medqa")
-        assert main(["index", "build", "--corpus", str(ns.corpus), "--out", str(root / "index")]) == 0
-        ns.index = BM25Index.load(root / "index")
-        ns.retriever = Retriever(ns.index, CrossEncoderReranker(str(ns.ce)))
+        ns = tm.pipeline_env(tmp_path_factory.mktemp("pipeline"))
+        ns.nli = tm.build_tiny_nli(ns.root / "nli")
         ns.engine = TransformersEngine(str(ns.qwen))
         yield ns
 

@@ -9,14 +9,12 @@ from types import SimpleNamespace
 import pytest
 import tiny_models as tm
 
-from probeguard_core.cli import main
 from probeguard_core.logs import Candidate, read_logs, read_probe
 from probeguard_core.pipeline.engines import TransformersEngine
 from probeguard_core.pipeline.probe_run import ProbeConfig, run_probe
 from probeguard_core.pipeline.profiles import PROFILES, get_profile, marag_judger
-from probeguard_core.pipeline.retrieval import BM25Index, CrossEncoderReranker, IndexedDoc, Retriever
+from probeguard_core.pipeline.retrieval import IndexedDoc, Retriever
 from probeguard_core.pipeline.substrate import SubstrateConfig, answers_block, run_substrate, stops
-from probeguard_core.questions import load_questions
 
 MA, OURS = PROFILES["ma-rag"], PROFILES["probeguard"]
 OPTS = {"A": "a", "B": "b", "C": "c", "D": "d"}
@@ -73,15 +71,7 @@ def test_documents_options_and_entropy_order():
 def env(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        root = tmp_path_factory.mktemp("profiles")
-        ns = SimpleNamespace(root=root)
-        ns.qwen = tm.build_tiny_qwen3(root / "qwen")
-        ns.ce = tm.build_tiny_cross_encoder(root / "ce")
-        corpus = tm.write_corpus(root / "corpus.jsonl", 50)
-        ns.questions = load_questions(tm.write_questions(root / "benchmark.json", 5), dataset="medqa")
-        assert main(["index", "build", "--corpus", str(corpus), "--out", str(root / "index")]) == 0
-        ns.retriever = Retriever(BM25Index.load(root / "index"), CrossEncoderReranker(str(ns.ce)))
-        yield ns
+        yield tm.pipeline_env(tmp_path_factory.mktemp("profiles"))
 
 
 def test_reranker_reads_content_only_under_marag(env):

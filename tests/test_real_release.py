@@ -130,3 +130,31 @@ def test_sharded_substrate_chunks_and_merge(tmp_path):
     # a gap (chunk 1 missing) stops the merge there
     _shard_path(tmp_path, 1, 2).unlink()
     assert merge_shards(tmp_path, qs, 2) == 2
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+@pytest.mark.xdist_group("release-real")
+def test_book_renders_the_real_release(tmp_path):
+    """Issue 13: ``make book RELEASE=data/real-...`` with no code change: every registered
+    notebook runs on the real release at its small test parameters and says "real" and the
+    release's name in its banner, and the jupyter-book build (warnings as errors) succeeds."""
+    import nbformat
+    from book_fixtures import book_copy
+
+    from probeguard_core.book import build as bb
+
+    _manifest()
+    root = book_copy(tmp_path / "book")
+    entries = bb.load_registry(root)
+    per = {e.name: dict(e.test_params) for e in entries}
+    gen = root / bb.GENERATED
+    per |= {n: per[n] | {"generated": str(gen)} for n in bb.RUN_LAST if n in per}  # its own pages' outputs
+    res = bb.run_notebooks(RELEASE, jobs=2, per_notebook=per, root=root)
+    failed = [f"{r.name}: {r.error}" for r in res if not r.ok]
+    assert not failed, failed
+    for r in res:
+        shown = json.dumps([c.get("outputs", []) for c in nbformat.read(r.output, as_version=4).cells])
+        assert 'data-provenance=\\"real\\"' in shown and f"Release: {RELEASE.name}" in shown, r.name
+    html = bb.build_book(RELEASE, root=root)
+    assert (html / "book" / "_generated" / "table1_fig1.html").is_file()

@@ -193,6 +193,30 @@ def write_questions(path: str | Path, n: int = 5) -> Path:
     return path
 
 
+def pipeline_env(root: Path) -> Any:
+    """The parts the pipeline tests share, built under ``root`` (call with ``HF_HUB_OFFLINE=1``):
+    ``qwen`` and ``ce`` model folders, a 50-document corpus indexed by ``probeguard index build``
+    into ``root/index``, 5 questions (``questions_path``, ``questions``), ``index`` and a
+    ``retriever`` re-ranking with the tiny cross-encoder."""
+    from types import SimpleNamespace
+
+    from probeguard_core.cli import main
+    from probeguard_core.pipeline.retrieval import BM25Index, CrossEncoderReranker, Retriever
+    from probeguard_core.questions import load_questions
+
+    ns = SimpleNamespace(root=root)
+    ns.qwen = build_tiny_qwen3(root / "qwen")
+    ns.ce = build_tiny_cross_encoder(root / "ce")
+    ns.corpus = write_corpus(root / "corpus.jsonl", 50)
+    ns.questions_path = write_questions(root / "benchmark.json", 5)
+    ns.questions = load_questions(ns.questions_path, dataset="medqa")
+    if main(["index", "build", "--corpus", str(ns.corpus), "--out", str(root / "index")]) != 0:
+        raise RuntimeError("probeguard index build failed")
+    ns.index = BM25Index.load(root / "index")
+    ns.retriever = Retriever(ns.index, CrossEncoderReranker(str(ns.ce)))
+    return ns
+
+
 # --------------------------------------------------------------------------------------------
 # A scripted engine: deterministic, meaningful text, to exercise the non-null paths
 # --------------------------------------------------------------------------------------------
