@@ -42,9 +42,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-# The release from real parts (issue 13): data/real-smollm2-135m-mmlu-med/ (resumable; ~30-60 min, 1 thread)
+# The release from real parts (issue 13): data/real-smollm2-135m-mmlu-med/ (resumable; about an hour on 2 cores:
+# the substrate runs in JOBS one-thread processes)
 real-release: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m probeguard_core.pipeline.real_release --replace
+	HF_HUB_OFFLINE=1 $(BIN)/python -m probeguard_core.pipeline.real_release --workers $(JOBS) --replace
 
 # Regenerate the lock from the current venv, then environment*.yml from pyproject + lock.
 lock: $(STAMP)

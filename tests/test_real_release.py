@@ -63,9 +63,6 @@ def test_release_validates_and_names_its_stand_ins():
     assert (cell / "probe.jsonl.gz").is_file() == (m["summary"]["first_round_unanimity"] > 0)
 
 
-@pytest.mark.xfail(strict=False, reason="the shipped 4-question release was generated before the substrate "
-                   "records gained the profile fields of the merged MA-RAG profile work; it must be regenerated "
-                   "(make real-release) before this holds again (issue 13 stays open)")
 def test_substrate_regenerates_byte_identical(tmp_path):
     missing = _missing()
     if missing:
@@ -158,3 +155,22 @@ def test_book_renders_the_real_release(tmp_path):
         assert 'data-provenance=\\"real\\"' in shown and f"Release: {RELEASE.name}" in shown, r.name
     html = bb.build_book(RELEASE, root=root)
     assert (html / "book" / "_generated" / "table1_fig1.html").is_file()
+
+
+def test_probeguard_validate_takes_the_release_folder(tmp_path, capsys):
+    """``probeguard validate <release>``: the manifest's hashes, then every artifact; a file
+    altered after the manifest was written is refused with a non-zero exit."""
+    import shutil
+
+    from probeguard_core.cli import main
+
+    _manifest()
+    assert main(["validate", str(RELEASE)]) == 0
+    out = capsys.readouterr().out
+    assert "manifest OK (real" in out and "logs.jsonl.gz: 50 records OK" in out
+    copy = tmp_path / RELEASE.name
+    shutil.copytree(RELEASE, copy)
+    nli = next(copy.rglob("nli.jsonl.gz"))
+    nli.write_bytes(nli.read_bytes() + b"\n")
+    assert main(["validate", str(copy)]) == 2
+    assert "sha256" in capsys.readouterr().err

@@ -549,7 +549,7 @@ def components(cfg: RealConfig, parts_info: dict[str, Any]) -> dict[str, Any]:
 def choices(cfg: RealConfig) -> list[str]:
     """Every departure from the paper's protocol in this release, in words."""
     return [
-        f"completion length {cfg.max_new_tokens} new tokens per candidate (paper 2048), to fit about 30 minutes on one CPU thread; N, T and temperature are the paper's",
+        f"completion length {cfg.max_new_tokens} new tokens per candidate (paper 2048), to fit about an hour on 2 CPU cores; N, T and temperature are the paper's",
         f"query and counter-query generation: greedy, {cfg.query_max_new_tokens} new tokens, no thinking block (paper: thinking on, 8192; SmolLM2 has no thinking mode)",
         f"verbalized confidence: {cfg.self_report_max_new_tokens} new tokens (paper 512)",
         ("answer tag forced: SmolLM2-135M never writes <answer>X</answer> itself; after its rationale (eos or the token budget) the engine appends the forced text '\\n<answer>', "
@@ -633,6 +633,9 @@ def datasheet(cfg: RealConfig, s: dict[str, Any], info: dict[str, Any]) -> str:
     own = sum(v.get("own_tag_rows", 0) for v in st.values())
     subj = ", ".join(f"{k} {v}" for k, v in s["by_subject"].items())
     choice = "\n".join(f"- {c}" for c in choices(cfg))
+    k = st.get("substrate", {}).get("workers", 1)
+    sub = (f"substrate: {k} processes of one thread each, in parallel; the other stages one thread" if k > 1
+           else "one thread")
     probe_line = ("The probe and its control arms on every first-round-unanimous question."
                   if s["probed_questions"] else
                   "NOT the probe: no question was unanimous in round 1, so the probe stage ran and had nothing to "
@@ -641,7 +644,7 @@ def datasheet(cfg: RealConfig, s: dict[str, Any], info: dict[str, Any]) -> str:
 
 The one release in this repository produced by real models: real MMLU medical questions, a real
 instruction-tuned language model (SmolLM2-135M-Instruct), real medical text (HPO definitions),
-run end to end by the ProbeGuard pipeline (`probeguard_core.pipeline`) on one CPU thread.
+run end to end by the ProbeGuard pipeline (`probeguard_core.pipeline`) on CPU, one thread per process.
 **It shows that the pipeline runs on real parts; it does not reproduce the paper's numbers.**
 {"" if s['questions'] >= cfg.n_questions else f"**Incomplete:** {s['questions']} of the {cfg.n_questions} planned questions finished within the time budget of this build; the substrate stopped between chunks and the later stages ran on those. The first {s['questions']} questions of a seeded order are a random, approximately subject-stratified subset."}
 Built by `make real-release` (`python -m probeguard_core.pipeline.real_release`), seed {cfg.seed},
@@ -670,7 +673,7 @@ and the last round, verbalized confidence and P(True). Departures:
 
 | quantity | value |
 |---|---|
-| questions | {s['questions']} of the {cfg.n_questions} planned (in the seeded order; `make real-release` resumes the rest) |
+| questions | {s['questions']} of the {cfg.n_questions} planned ({'a seeded, subject-stratified order' if s['questions'] >= cfg.n_questions else 'in the seeded order; `make real-release` resumes the rest'}) |
 | accuracy of the final answer | {s['accuracy_final_answer']:.3f} (no final answer: {s['final_answer_missing']}) |
 | candidate accuracy, round 1 | {s['candidate_accuracy_round1']:.3f} (chance 0.25) |
 | first-round unanimity | {s['first_round_unanimity']:.3f} |
@@ -683,7 +686,7 @@ and the last round, verbalized confidence and P(True). Departures:
 | probed questions (records) | {s['probed_questions']} ({s['probe_records']}) |
 | self-reports: verbalized confidence null / P(True) null | {s['verbalized_confidence_null']} / {s['p_true_null']} of {s['self_reports']} |
 
-Wall time per stage (one thread; the machine was shared with other work):
+Wall time per stage ({sub}; the machine was shared with other work):
 
 | stage | wall s | prompt tokens |
 |---|---|---|
@@ -696,8 +699,8 @@ Wall time per stage (one thread; the machine was shared with other work):
   medical text, the NLI record shapes, both self-reports.
 - {probe_line}
 - The rates above (parse failures, unanimity, rounds, tokens) for a 135M model.
-- `make book RELEASE=data/{RELEASE}` is the command that renders it; whether every notebook
-  runs on a release this small is not checked by this build.
+- `make book RELEASE=data/{RELEASE}` renders it with no code change; every notebook runs on it
+  (`tests/test_real_release.py::test_book_renders_the_real_release`), with notes where it is too small.
 
 ## What it cannot show
 
