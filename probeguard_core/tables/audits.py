@@ -197,7 +197,9 @@ def whatif(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = 
     backbone = pick_backbone(rel, backbone)
     dataset = pick_dataset(rel, dataset, backbone)
     cell = rel.cell(dataset, backbone)
-    why = uncertifiable(certification_inputs([cell]))
+    table = certification_inputs([cell])
+    why = (uncertifiable(table) or
+           (None if (table["stratum"] == "S1").any() else "no question is unanimous in round 1 (S1 is empty)"))
     notes = []
     if why:
         notes.append(("Not in this release",
