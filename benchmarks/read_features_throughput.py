@@ -19,7 +19,8 @@ One run, side by side, on one cell of a release (default: MedXpertQA / Qwen3-8B 
   after the first costs (each notebook, each re-run).
 
 The script checks that all four tables are identical (CSV bytes) and prints the
-ratios to the floor.  Medians of ``--repeats`` runs; the cache lives in a temporary folder.
+ratios to the floor.  Medians of ``--repeats`` runs, the cold routes taking turns within each
+repeat (so they share the machine's load); the cache lives in a temporary folder.
 
     .venv/bin/python benchmarks/read_features_throughput.py [--release data/simulated-v1]
         [--dataset medxpertqa] [--repeats 3]
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _timing import timed  # noqa: E402 (after the sys.path set-up)
+from _timing import timed, timed_side_by_side  # noqa: E402 (after the sys.path set-up)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,11 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         return load_release(args.release, verify=False).cell(args.dataset).features()
 
     n_q = len(L.read_logs(logs_p))
-    t_floor, _ = timed(floor, args.repeats)
     accepted = fastread.read_cell(logs_p, nli_p) is not None
-    t_cold, x_cold = timed(cold, args.repeats)
-    t_obj, x_obj = timed(pydantic_objects, args.repeats)
-    t_std, x_std = timed(cold_stdlib, args.repeats)
+    cold()  # warm the imports and the page cache of both files (not timed)
+    r = timed_side_by_side({"floor": floor, "cold": cold, "obj": pydantic_objects, "std": cold_stdlib}, args.repeats)
+    (t_floor, _), (t_cold, x_cold), (t_obj, x_obj), (t_std, x_std) = r["floor"], r["cold"], r["obj"], r["std"]
     cell.features()  # fill the cache (not timed)
     t_warm, x_warm = timed(warm, args.repeats)
     tables = [x.to_csv().encode() for x in (x_cold, x_obj, x_std, x_warm)]

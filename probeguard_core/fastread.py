@@ -46,7 +46,9 @@ try:
 except ImportError:  # pragma: no cover - msgspec is a pinned dependency; without it every read is strict
     msgspec = None  # type: ignore[assignment]
 
-__all__ = ["available", "read_cell"]
+__all__ = ["available", "gc_paused", "read_cell"]
+
+gc_paused = L.gc_paused
 
 
 def available() -> bool:
@@ -202,6 +204,11 @@ def read_cell(
     """
     if msgspec is None:
         return None
+    with L.gc_paused():
+        return _read_cell(logs_path, nli_path)
+
+
+def _read_cell(logs_path: str | os.PathLike[str], nli_path: str | os.PathLike[str] | None) -> Any:
     lines = _lines(Path(logs_path))
     logs = None if lines is None else _decode(_LOG, lines)
     if logs is None or not all(map(_log_ok, logs)) or not _unique(logs, lambda r: r.qid):

@@ -207,9 +207,10 @@ class Cell:
         from probeguard_core import features as F
 
         if "logs" not in self.__dict__ and "nli" not in self.__dict__:  # not read yet in this process
-            fast = fastread.read_cell(self.file("logs"), self.file("nli")) if self.has("logs") else None
-            if fast is not None:
-                return F.feature_table(*fast)
+            with fastread.gc_paused():
+                fast = fastread.read_cell(self.file("logs"), self.file("nli")) if self.has("logs") else None
+                if fast is not None:
+                    return F.feature_table(*fast)
         return F.feature_table(self.logs, self.nli)
 
     def probe_by_arm(self, arm: str = "counter_evidence") -> list[L.ProbeRecord]:
