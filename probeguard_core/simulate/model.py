@@ -305,6 +305,17 @@ def final_index(votes: np.ndarray, k: int) -> int:
     return int(top[0]) if len(top) == 1 else -1
 
 
+def final_indices(votes: np.ndarray, k: int) -> np.ndarray:
+    """:func:`final_index` of every row of an ``(n, N)`` vote matrix (votes in -1..k-1), at once."""
+    n = votes.shape[0]
+    rows = np.broadcast_to(np.arange(n)[:, None], votes.shape)
+    valid = votes >= 0
+    counts = np.bincount((rows * k + votes)[valid], minlength=n * k).reshape(n, k)
+    top = counts.max(axis=1)
+    unique = (counts == top[:, None]).sum(axis=1) == 1
+    return np.where((top > 0) & unique, counts.argmax(axis=1), -1)
+
+
 # ------------------------------------------------------------------------------------------
 # Calibration (inputs are rates; free parameters are solved, never tuned to an output metric)
 # ------------------------------------------------------------------------------------------
@@ -454,7 +465,7 @@ def _flip_given_cached(arm: str, wrong: bool, k: int, keep_beta: tuple[float, fl
     for collapsed in (True, False):
         kp = rng.beta(*keep_beta, size=n) if collapsed else np.full(n, hold)
         ans = _reanswer_matrix(rng, kp, n, N, k, m=0, lead=1, p_lead=lead, pn=pn)
-        out.append(float(np.mean([_flipped_row(r, k, 0) for r in ans])))
+        out.append(float(np.mean(final_indices(ans, k) != 0)))  # = the mean of _flipped_row over the rows
     return out[0], out[1]
 
 
@@ -599,7 +610,7 @@ def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head:
         for j in range(n):
             if i != j:
                 shared = bool(found[i] & found[j])
-                p = float(np.clip(rng.beta(*(hs if shared else ds)), 1e-6, 1 - 1e-6))
+                p = min(max(float(rng.beta(*(hs if shared else ds))), 1e-6), 1 - 1e-6)  # np.clip, without its per-call cost
                 E[i][j] = round(1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) + shift))), 4)
     return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E}
 
