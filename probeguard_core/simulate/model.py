@@ -267,12 +267,13 @@ def run_dynamics(rng: np.random.Generator, state: str, d: float, k: int, g: int,
     found_by_round: list[bool] = []
     seen: set[int] = set()
     found_any = False
+    # rank-biased draw from the pool: top-ranked documents recur (saturation)
+    wts = 1.0 / (1.0 + np.arange(pool)) ** 0.7
+    rank_p = wts / wts.sum()  # the same every round of this question
     while not _unanimous(votes[-1]) and len(votes) < max_rounds:
         nq = int(rng.integers(1, 5))
         nd = min(docs_per_round, 2 * nq, pool)
-        # rank-biased draw from the pool: top-ranked documents recur (saturation)
-        wts = 1.0 / (1.0 + np.arange(pool)) ** 0.7
-        docs = [int(x) for x in rng.choice(pool, size=nd, replace=False, p=wts / wts.sum())]
+        docs = [int(x) for x in rng.choice(pool, size=nd, replace=False, p=rank_p)]
         new = sum(1 for x in docs if x not in seen)
         seen.update(docs)
         found = bool(rng.random() < min(1.0, eta * h * new / nd))
