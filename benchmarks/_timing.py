@@ -16,3 +16,19 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
         out = fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), out
+
+
+def timed_side_by_side(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, Any]]:
+    """``{name: (median seconds, last result)}``, the routes run in turn within each repeat.
+
+    Interleaving puts every route under the same load (the shared machine's load drifts
+    within a run, which otherwise lands on whichever route ran during a busy stretch).
+    """
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    out: dict[str, Any] = {}
+    for _ in range(max(1, repeats)):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            out[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+    return {k: (statistics.median(v), out[k]) for k, v in times.items()}

@@ -12,7 +12,7 @@ inside the kernel:
 * ``imports``: time spent in ``import`` statements (outermost ones; lazy imports inside
   functions count here too),
 * ``reading``: time spent in the release readers (``load_release`` with its sha256 checks,
-  ``logs.read_records`` behind every ``read_*``), outside imports,
+  ``logs.read_records`` behind every ``read_*``, ``fastread.read_cell``), outside imports,
 * ``compute``: the rest of the kernel's time up to its last cell;
 
 ``start`` is the notebook's wall time minus the kernel's own time (process start, IPython,
@@ -33,58 +33,67 @@ from pathlib import Path
 from probeguard_core import book_build as bb
 
 STARTUP = r'''
-import builtins, json, os, sys, time
-_pg_t0 = time.perf_counter()
-_pg = {"imports": 0.0, "reading": 0.0}
-_pg_state = {"depth": 0, "reading": 0, "patched": set()}
-_PG_READERS = {"probeguard_core.logs": ("read_records",), "probeguard_core.release": ("load_release",)}
-_pg_import = builtins.__import__
+def _pg_install():
+    # Everything lives in this closure: IPython clears the user namespace when the kernel shuts
+    # down, and an import hook that looked its state up there would fail in the kernel's threads.
+    import builtins, json, os, sys, time
+    t0 = time.perf_counter()
+    acc = {"imports": 0.0, "reading": 0.0}
+    state = {"depth": 0, "reading": 0, "patched": set()}
+    readers = {"probeguard_core.logs": ("read_records",), "probeguard_core.release": ("load_release",),
+               "probeguard_core.fastread": ("read_cell",)}
+    real_import = builtins.__import__
 
-def _pg_timed(fn):
-    def timed(*a, **k):
-        if _pg_state["reading"] or _pg_state["depth"]:
-            return fn(*a, **k)
-        _pg_state["reading"] += 1
+    def timed_reader(fn):
+        def timed(*a, **k):
+            if state["reading"] or state["depth"]:
+                return fn(*a, **k)
+            state["reading"] += 1
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc["reading"] += time.perf_counter() - t
+                state["reading"] -= 1
+        return timed
+
+    def patch():
+        for mod, names in readers.items():
+            m = sys.modules.get(mod)
+            if m is None or mod in state["patched"] or getattr(m.__spec__, "_initializing", False):
+                continue
+            if all(hasattr(m, n) for n in names):
+                state["patched"].add(mod)
+                for n in names:
+                    setattr(m, n, timed_reader(getattr(m, n)))
+
+    def timed_import(*a, **k):
+        outer = state["depth"] == 0 and not state["reading"]
+        state["depth"] += 1
         t = time.perf_counter()
         try:
-            return fn(*a, **k)
+            return real_import(*a, **k)
         finally:
-            _pg["reading"] += time.perf_counter() - t
-            _pg_state["reading"] -= 1
-    return timed
+            state["depth"] -= 1
+            if outer:
+                acc["imports"] += time.perf_counter() - t
+            patch()
 
-def _pg_patch():
-    for mod, names in _PG_READERS.items():
-        m = sys.modules.get(mod)
-        if m is None or mod in _pg_state["patched"] or getattr(m.__spec__, "_initializing", False):
-            continue
-        if all(hasattr(m, n) for n in names):
-            _pg_state["patched"].add(mod)
-            for n in names:
-                setattr(m, n, _pg_timed(getattr(m, n)))
+    builtins.__import__ = timed_import
+    ip = get_ipython()
 
-def _pg_import_timed(*a, **k):
-    outer = _pg_state["depth"] == 0 and not _pg_state["reading"]
-    _pg_state["depth"] += 1
-    t = time.perf_counter()
-    try:
-        return _pg_import(*a, **k)
-    finally:
-        _pg_state["depth"] -= 1
-        if outer:
-            _pg["imports"] += time.perf_counter() - t
-        _pg_patch()
+    def dump(*_):
+        ns = ip.user_ns
+        name = os.path.basename(str(ns.get("output_dir", ""))) or str(os.getpid())
+        rec = dict(acc, name=name, kernel=time.perf_counter() - t0)
+        with open(os.path.join(os.environ["PROBEGUARD_TIMING_DIR"], f"{os.getpid()}.json"), "w") as fh:
+            json.dump(rec, fh)
 
-builtins.__import__ = _pg_import_timed
+    ip.events.register("post_run_cell", dump)
 
-def _pg_dump(*_):
-    ns = get_ipython().user_ns
-    name = os.path.basename(str(ns.get("output_dir", ""))) or str(os.getpid())
-    rec = dict(_pg, name=name, kernel=time.perf_counter() - _pg_t0)
-    with open(os.path.join(os.environ["PROBEGUARD_TIMING_DIR"], f"{os.getpid()}.json"), "w") as fh:
-        json.dump(rec, fh)
 
-get_ipython().events.register("post_run_cell", _pg_dump)
+_pg_install()
+del _pg_install
 '''
 
 

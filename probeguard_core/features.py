@@ -462,10 +462,18 @@ def _nli_for_loop(known: list[tuple[str, int, NLIRecord]], by_qid: Mapping[str, 
     return out
 
 
+def _log_types() -> tuple[type, ...]:
+    """QuestionLog, and the validated structs of :mod:`probeguard_core.fastread` (same fields)."""
+    from probeguard_core import fastread
+
+    return (QuestionLog, fastread.QuestionLog) if fastread.available() else (QuestionLog,)
+
+
 def _check_unique(logs: Sequence[QuestionLog]) -> None:
     seen: set[str] = set()
+    types = _log_types()
     for i, log in enumerate(logs):
-        if not isinstance(log, QuestionLog):
+        if not isinstance(log, types):
             raise ValueError(f"logs[{i}]: expected a QuestionLog, got {type(log).__name__}")
         if log.qid in seen:
             raise ValueError(f"logs[{i}]: duplicate qid {log.qid!r}")

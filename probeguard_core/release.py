@@ -193,9 +193,25 @@ class Cell:
         registry = F._default_registry_path()
         sources["registry"] = cache.file_sha256(registry)
         return cache.cached_frame(
-            "feature_table", sources, lambda: F.feature_table(self.logs, self.nli),
-            code=("probeguard_core.logs", "probeguard_core.features", "probeguard_core.rse"),
+            "feature_table", sources, self._feature_table,
+            code=("probeguard_core.logs", "probeguard_core.fastread", "probeguard_core.features", "probeguard_core.rse"),
         )
+
+    def _feature_table(self) -> Any:
+        """Read and compute: the fast strict read when it accepts both files, else the pydantic readers.
+
+        :func:`probeguard_core.fastread.read_cell` only accepts files the strict readers accept
+        (with the same records), so the table and every error are theirs.
+        """
+        from probeguard_core import fastread
+        from probeguard_core import features as F
+
+        if "logs" not in self.__dict__ and "nli" not in self.__dict__:  # not read yet in this process
+            with fastread.gc_paused():
+                fast = fastread.read_cell(self.file("logs"), self.file("nli")) if self.has("logs") else None
+                if fast is not None:
+                    return F.feature_table(*fast)
+        return F.feature_table(self.logs, self.nli)
 
     def probe_by_arm(self, arm: str = "counter_evidence") -> list[L.ProbeRecord]:
         if arm not in L.ARMS:

@@ -1,0 +1,180 @@
+"""The fast strict read (probeguard_core.fastread): accepts only what the strict readers accept.
+
+Every malformed logs/NLI case of the foundation (``test_logs_malformed.CASES``) is written in
+the canonical form the fast reader accepts (compact JSON, DESIGN key order), so that the
+defect itself, not the spelling, must be what it declines; a release whose file is malformed
+gives ``Cell.features()`` exactly the strict reader's error.  On valid files it returns
+records from which ``feature_table`` computes the strict readers' table, byte for byte.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from helpers import make_log, make_nli
+from test_logs_malformed import CASES, GOOD, Case
+
+from probeguard_core import fastread
+from probeguard_core import features as F
+from probeguard_core import logs as L
+from probeguard_core.release import load_release
+
+pytestmark = pytest.mark.skipif(not fastread.available(), reason="msgspec is not installed")
+
+RELEASE = Path(__file__).resolve().parents[1] / "data" / "simulated-v1"
+
+
+def _order(value: Any, struct: Any) -> Any:
+    """``value`` with its keys in the field order of ``struct`` (unknown keys last), recursively."""
+    import msgspec
+
+    if not isinstance(value, dict) or struct is None:
+        return value
+    fields = {f.name: f.type for f in msgspec.structs.fields(struct)}
+    names = list(fields)
+    out = {}
+    for k in sorted(value, key=lambda k: names.index(k) if k in names else len(names)):
+        out[k] = _sub(value[k], fields.get(k))
+    return out
+
+
+def _sub(value: Any, tp: Any) -> Any:
+    """Descend into lists and optional structs along the annotation ``tp``."""
+    import typing
+
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _sub(value, args[0])
+    if origin is list and isinstance(value, list):
+        return [_sub(v, args[0]) for v in value]
+    if isinstance(tp, type) and hasattr(tp, "__struct_fields__"):
+        return _order(value, tp)
+    for a in args:  # X | None
+        if isinstance(a, type) and hasattr(a, "__struct_fields__"):
+            return _order(value, a)
+    return value
+
+
+def _line(rec: Any, struct: Any) -> bytes:
+    if isinstance(rec, bytes):
+        return rec
+    if isinstance(rec, str):
+        return rec.encode("utf-8")
+    return json.dumps(_order(rec, struct), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _write(path: Path, records: list[Any], struct: Any, case: Case | None = None) -> Path:
+    if case is not None and case.raw_bytes is not None:
+        path.write_bytes(case.raw_bytes)
+        return path
+    data = b"".join(_line(r, struct) + b"\n" for r in records)
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+        if case is not None and case.truncate:
+            data = data[: len(data) - 12]
+    path.write_bytes(data)
+    return path
+
+
+def test_canonical_valid_files_are_accepted(tmp_path: Path) -> None:
+    """The positive control: without it, declining every case below would prove nothing."""
+    logs = [GOOD, make_log([["A", "B", "C"], ["A", "A", "B"]], qid="q1", doc_ids=[["d1"], None])]
+    lp = _write(tmp_path / "logs.jsonl", logs, fastread.QuestionLog)
+    nli = []
+    for d in logs:
+        log = L.QuestionLog.model_validate(d)
+        for rnd in log.rounds:
+            voters = [i for i, c in enumerate(rnd.candidates) if c.answer == L.modal_answer(rnd)]
+            nli.append(make_nli([f"claim {i}." for i in voters], candidates=voters, qid=log.qid, round=rnd.round,
+                                dataset=log.dataset, backbone=log.backbone))
+    np_ = _write(tmp_path / "nli.jsonl.gz", nli, fastread.NLIRecord)
+    got = fastread.read_cell(lp, np_)
+    assert got is not None
+    strict_logs = L.read_logs(lp)
+    strict_nli = L.read_nli(np_, logs=strict_logs)
+    assert _csv(F.feature_table(*got)) == _csv(F.feature_table(strict_logs, strict_nli))
+
+
+LOG_CASES = [c for c in CASES if c.reader in ("logs", "nli")]
+
+
+@pytest.mark.parametrize("case", LOG_CASES, ids=lambda c: c.name)
+def test_every_malformed_case_is_declined(tmp_path: Path, case: Case) -> None:
+    if case.reader == "logs":
+        path = _write(tmp_path / case.filename, case.lines, fastread.QuestionLog, case)
+        assert fastread.read_cell(path) is None
+    else:
+        logs = case.logs if case.logs is not None else [GOOD]
+        lp = _write(tmp_path / "logs.jsonl", logs, fastread.QuestionLog)
+        if case.logs is not None:
+            assert fastread.read_cell(lp) is not None  # the logs alone are fine
+        path = _write(tmp_path / case.filename, case.lines, fastread.NLIRecord, case)
+        assert fastread.read_cell(lp, path) is None
+
+
+def _csv(df: pd.DataFrame) -> bytes:
+    buf = io.StringIO()
+    df.to_csv(buf, float_format="%.17g")
+    return buf.getvalue().encode()
+
+
+def test_release_cell_is_read_fast_with_the_strict_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROBEGUARD_CACHE", "0")
+    cell = load_release(RELEASE, verify=False).cell("medqa", role="augment")
+    fast = fastread.read_cell(cell.file("logs"), cell.file("nli"))
+    assert fast is not None, "files written by write_jsonl must take the fast path"
+    assert len(fast[0]) == len(cell.logs) and len(fast[1]) == len(cell.nli)
+    assert _csv(load_release(RELEASE, verify=False).cell("medqa", role="augment").features()) == _csv(
+        F.feature_table(cell.logs, cell.nli))
+
+
+def _release_copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "rel"
+    shutil.copytree(RELEASE, dst)
+    return dst
+
+
+@pytest.mark.parametrize("defect", ["duplicate_key", "answer_not_option", "nli_not_square", "extra_field"])
+def test_cell_features_errors_are_the_strict_readers(defect: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A malformed or unusual file in a release: ``Cell.features()`` raises (or returns) what the strict path does."""
+    monkeypatch.setenv("PROBEGUARD_CACHE", "0")
+    rel = _release_copy(tmp_path)
+    cell = load_release(rel, verify=False).cell("medqa", role="augment")
+    kind = "nli" if defect == "nli_not_square" else "logs"
+    path = cell.file(kind)
+    with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as fh:
+        lines = fh.read().split(b"\n")
+    rec = json.loads(lines[2])
+    if defect == "duplicate_key":
+        lines[2] = lines[2].replace(b'"gold":', b'"gold":"A","gold":', 1)
+    elif defect == "answer_not_option":
+        rec["rounds"][0]["candidates"][0]["answer"] = "Z"
+        lines[2] = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode()
+    elif defect == "nli_not_square":
+        rec["entailment"][0] = rec["entailment"][0][:-1]
+        lines[2] = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode()
+    else:  # a valid extra field: declined by the fast reader, read strictly, same table
+        rec["note"] = "kept"
+        lines[2] = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode()
+    data = b"\n".join(lines)
+    path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
+    assert fastread.read_cell(cell.file("logs"), cell.file("nli")) is None
+    fresh = load_release(rel, verify=False).cell("medqa", role="augment")
+    if defect == "extra_field":
+        assert _csv(fresh.features()) == _csv(F.feature_table(L.read_logs(cell.file("logs")), cell.nli))
+        return
+    reader = L.read_logs if kind == "logs" else (lambda p: L.read_nli(p, logs=L.read_logs(cell.file("logs"))))
+    with pytest.raises(L.LogFormatError) as strict:
+        reader(path)
+    with pytest.raises(L.LogFormatError) as got:
+        fresh.features()
+    assert str(got.value) == str(strict.value)
+    assert (got.value.line, got.value.field) == (strict.value.line, strict.value.field) == (3, strict.value.field)
