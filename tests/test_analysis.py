@@ -484,8 +484,7 @@ def test_page_builders_own_what_a_release_lacks(tmp_path) -> None:
 # --------------------------------------------------------------------------- figures: numbers, captions, alt text
 def test_every_book_figure_has_a_number_caption_and_alt_text() -> None:
     """Each figure a notebook writes (a ``.png`` of notebooks/registry.yml) has its number,
-    caption and alt text in ``tables.FIGURES`` (the deploying chapter's drift timeline is drawn
-    by the monitor, not a figure of the paper's pages)."""
+    caption and alt text in ``tables.FIGURES``."""
     import re
 
     import yaml
@@ -495,7 +494,7 @@ def test_every_book_figure_has_a_number_caption_and_alt_text() -> None:
     reg = yaml.safe_load((Path(__file__).resolve().parent.parent / "notebooks" / "registry.yml").read_text())
     entries = reg["notebooks"] if isinstance(reg, dict) and "notebooks" in reg else reg
     pngs = {o.removesuffix(".png") for e in entries for o in e.get("outputs", []) if o.endswith(".png")}
-    assert pngs - {"drift_timeline"} <= set(tables.FIGURES), pngs - set(tables.FIGURES)
+    assert pngs <= set(tables.FIGURES), pngs - set(tables.FIGURES)
     numbers = [t.number for t in tables.FIGURES.values()]
     assert len(set(numbers)) == len(numbers), "two figures share a number"
     for name, t in tables.FIGURES.items():

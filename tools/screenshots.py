@@ -46,7 +46,7 @@ def main() -> int:
             ctx.route("**/*", lambda r: (blocked.append(r.request.url), r.abort())
                       if not r.request.url.startswith(("file:", "data:", "blob:")) else r.continue_())
             page = ctx.new_page()
-            page.goto((html / rel).as_uri())
+            page.goto((html / rel).as_uri(), timeout=180_000)  # a loaded machine is slow, not wrong
             page.wait_for_timeout(2500)  # MathJax typesetting
             if at:  # the element at the top of the viewport (a little of what precedes it above)
                 page.evaluate("(sel) => { const e = document.querySelector(sel);"

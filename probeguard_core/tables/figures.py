@@ -140,6 +140,13 @@ FIGURES: dict[str, FigureText] = {
         "above α receives no certified region.",
         "Two line charts of certified coverage: against calibration size on a log axis, one line per base error "
         "rate; and against base error rate, one line per calibration size, with a dashed line at α."),
+    "drift_timeline": FigureText(
+        "Figure M.1",
+        "Monitoring a deployed certificate (beyond the paper): the lower confidence bound on each certified "
+        "stratum's risk (thick) and its running risk (thin) against α, on a stream without drift (top) and on one "
+        "whose base error rises at the dotted line (bottom); a circle marks the alarm.",
+        "Two stacked timelines of risk per certified stratum against the question index, with a horizontal line at "
+        "α; in the drifted stream the lower bound crosses α after the change point and an alarm is marked."),
 }
 
 
