@@ -51,7 +51,7 @@ def main() -> int:
             if at:  # the element at the top of the viewport (a little of what precedes it above)
                 page.evaluate("(sel) => { const e = document.querySelector(sel);"
                               " window.scrollTo(0, e.getBoundingClientRect().top + window.scrollY - 60); }", at)
-                page.wait_for_timeout(300)
+                page.wait_for_timeout(1500)
             if menu:
                 page.locator(".primary-toggle:visible").first.click()
                 page.wait_for_timeout(700)
