@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -478,3 +479,48 @@ def test_page_builders_own_what_a_release_lacks(tmp_path) -> None:
     assert why and all(k[n].empty for n in ("cases", "options", "panel", "probe", "queries"))
     audit, notes, n_layer, _, _ = tables.theorem1_audit(rel, [0.15], n_draws=10)
     assert set(audit.source) == {"synthetic"} and notes and n_layer == 0
+
+
+# --------------------------------------------------------------------------- figures: numbers, captions, alt text
+def test_every_book_figure_has_a_number_caption_and_alt_text() -> None:
+    """Each figure a notebook writes (a ``.png`` of notebooks/registry.yml) has its number,
+    caption and alt text in ``tables.FIGURES``."""
+    import re
+
+    import yaml
+
+    from probeguard_core import tables
+
+    reg = yaml.safe_load((Path(__file__).resolve().parent.parent / "notebooks" / "registry.yml").read_text())
+    entries = reg["notebooks"] if isinstance(reg, dict) and "notebooks" in reg else reg
+    pngs = {o.removesuffix(".png") for e in entries for o in e.get("outputs", []) if o.endswith(".png")}
+    assert pngs <= set(tables.FIGURES), pngs - set(tables.FIGURES)
+    numbers = [t.number for t in tables.FIGURES.values()]
+    assert len(set(numbers)) == len(numbers), "two figures share a number"
+    for name, t in tables.FIGURES.items():
+        assert re.fullmatch(r"Figure (\d|[A-Z]\.\d)", t.number), (name, t.number)
+        assert len(t.caption) > 40 and len(t.alt) > 40, name
+        assert not re.search(r"\.(png|svg)\b|_", t.alt), f"{name}: alt text reads like a file or code name"
+
+
+def test_captioned_writes_the_files_and_returns_one_numbered_figure(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from probeguard_core import tables
+    from probeguard_core.book.nbtools import Outputs
+
+    out = Outputs(tmp_path)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    html = tables.captioned(out, "figure2", fig, "On this release: 1 < 2.").data
+    assert (tmp_path / "figure2.png").is_file() and (tmp_path / "figure2.svg").is_file()
+    assert html.count("<figure") == 1 and html.count("<figcaption>") == 1
+    assert "<strong>Figure 2.</strong>" in html and "Fig." not in html
+    assert 'src="data:image/png;base64,' in html and "1 &lt; 2" in html
+    assert f'alt="{tables.FIGURES["figure2"].alt}"' in html
+    assert not plt.fignum_exists(fig.number), "captioned leaves the figure open (it would also show raw)"
+    with pytest.raises(KeyError, match="no number"):
+        tables.captioned(out, "not_a_figure", plt.figure())

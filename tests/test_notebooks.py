@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -170,3 +171,41 @@ def test_violation_upper_bound_is_clopper_pearson() -> None:
         assert math.isclose(analysis.violation_upper_bound(k, n), proportion_confint(k, n, alpha=0.10, method="beta")[1],
                             rel_tol=1e-9)
     assert analysis.violation_upper_bound(5, 5) == 1.0
+
+
+def test_chapter_prose_quotes_results_from_the_notebooks(tmp_path: Path) -> None:
+    """``{{ ours.<notebook>.<key> }}`` in a chapter reads that notebook's ``results.json``; a
+    notebook not in the build reads a marker; a key it lacks is an error naming the chapter."""
+    import json
+
+    from probeguard_core.book import prose
+
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "a.md").write_text("AUROC {{ ours.nb1.auc }} on {{ ours.nb1.backbone }}; "
+                                            "{{ ours.nb2.x }}\n", encoding="utf-8")
+    gen = tmp_path / "gen"
+    (gen / "nb1").mkdir(parents=True)
+    (gen / "nb1" / "results.json").write_text(json.dumps({"auc": 0.84886, "backbone": "Qwen/Qwen3-8B"}))
+    subs = prose.results_substitutions(tmp_path, gen)
+    assert subs == {"nb1": {"auc": "0.849", "backbone": "Qwen3-8B"}, "nb2": {"x": prose.NOT_RUN}}
+    (tmp_path / "book" / "b.md").write_text("{{ ours.nb1.typo }}\n", encoding="utf-8")
+    with pytest.raises(KeyError, match=r"book/b\.md.*ours\.nb1\.typo"):
+        prose.results_substitutions(tmp_path, gen)
+
+
+def test_every_number_a_chapter_quotes_exists_in_its_notebooks_results() -> None:
+    """The chapters' ``{{ ours.<notebook>.<key> }}`` name registered notebooks and keys that
+    each notebook's results cell writes (read from the notebook source: no build needed)."""
+    from probeguard_core.book import prose
+
+    names = {e.name for e in ENTRIES}
+    for md in sorted((REPO / "book").glob("*.md")):
+        for nb, key in prose.REFERENCE.findall(md.read_text(encoding="utf-8")):
+            assert nb in names, f"{md.name}: {{{{ ours.{nb}.{key} }}}} names no notebook of the registry"
+            src = (REPO / "notebooks" / f"{nb}.md").read_text(encoding="utf-8")
+            results_cell = src[src.rindex("out.results("):]
+            # a key written by the cell itself (key=...) or by a builder's results (key=... / "key": ...)
+            builders = "".join(p.read_text(encoding="utf-8") for p in (REPO / "probeguard_core" / "tables").glob("*.py"))
+            assert re.search(rf"\b{key}\s*=", results_cell) or (
+                "**" in results_cell and re.search(rf'(\b{key}=|"{key}"\s*:)', builders)), \
+                f"{md.name}: {{{{ ours.{nb}.{key} }}}}: notebooks/{nb}.md's out.results(...) writes no {key!r}"

@@ -15,8 +15,12 @@ from pathlib import Path
 
 from PIL import Image
 
-PAGES = {"landing": "book/intro.html", "method": "book/method.html",
-         "departures": "book/_generated/departures.html"}
+#: name: (page, element to scroll to the top of the shot, or None for the page's first screen)
+PAGES: dict[str, tuple[str, str | None]] = {
+    "landing": ("book/intro.html", None),
+    "figure4": ("book/_generated/certification_fig4.html", "figure.probeguard-figure"),
+    "departures": ("book/_generated/departures.html", None),
+}
 WIDTHS = {"1366": (1366, 768), "390": (390, 844)}
 CHROMIUM = "/usr/bin/chromium"
 
@@ -34,16 +38,20 @@ def main() -> int:
     blocked: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        shots = [(name, rel, w, False) for name, rel in PAGES.items() for w in WIDTHS]
+        shots = [(name, rel, at, w, False) for name, (rel, at) in PAGES.items() for w in WIDTHS]
         if args.menu:
-            shots.append(("menu", "book/intro.html", "390", True))
-        for name, rel, w, menu in shots:
+            shots.append(("menu", "book/intro.html", None, "390", True))
+        for name, rel, at, w, menu in shots:
             ctx = browser.new_context(viewport={"width": WIDTHS[w][0], "height": WIDTHS[w][1]})
             ctx.route("**/*", lambda r: (blocked.append(r.request.url), r.abort())
                       if not r.request.url.startswith(("file:", "data:", "blob:")) else r.continue_())
             page = ctx.new_page()
-            page.goto((html / rel).as_uri())
+            page.goto((html / rel).as_uri(), timeout=180_000)  # a loaded machine is slow, not wrong
             page.wait_for_timeout(2500)  # MathJax typesetting
+            if at:  # the element at the top of the viewport (a little of what precedes it above)
+                page.evaluate("(sel) => { const e = document.querySelector(sel);"
+                              " window.scrollTo(0, e.getBoundingClientRect().top + window.scrollY - 60); }", at)
+                page.wait_for_timeout(1500)
             if menu:
                 page.locator(".primary-toggle:visible").first.click()
                 page.wait_for_timeout(700)

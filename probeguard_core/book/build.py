@@ -454,6 +454,10 @@ def build_book(
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     subs = config.setdefault("parse", {}).setdefault("myst_substitutions", {})
     subs["provenance_banner"] = _banner_markdown(resolve(release, root))
+    # {{ ours.<notebook>.<key> }} in a chapter: the number that notebook wrote to results.json
+    from probeguard_core.book.prose import results_substitutions
+
+    subs["ours"] = results_substitutions(root, root / GENERATED)
     cfg_path = build / "_config.generated.yml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
     cmd = [

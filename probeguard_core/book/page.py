@@ -61,8 +61,10 @@ class Page:
     params: dict[str, Any] = field(default_factory=dict)
 
     def figure(self, name: str, fig: Any) -> None:
-        """Write ``fig`` as ``<name>.png`` / ``.svg``, glue it under ``name`` for the page's
-        numbered, captioned ``{glue:figure}``, and close it (so it is not also shown raw)."""
+        """Write ``fig`` as ``<name>.png`` / ``.svg``, glue it under ``name`` for a
+        ``{glue:figure}``, and close it (so it is not also shown raw). The book's pages use
+        :func:`tables.captioned` instead (number, caption and alt text in one place, and no
+        second "Fig. N" from Sphinx's numfig)."""
         import matplotlib.pyplot as plt
         from myst_nb import glue
 

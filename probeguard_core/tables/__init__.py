@@ -52,12 +52,15 @@ NAMES: dict[str, str] = {
         "table8", "uncertifiable",
     ], "certification"),
     **dict.fromkeys([
-        "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "HEADER_WORDS", "TABLE_CLASS",
-        "absent_note", "absent_text", "empty_table", "header", "long_beside", "note",
+        "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "HEADER_WORDS", "QUANTITY_WORDS", "TABLE_CLASS",
+        "absent_note", "absent_text", "empty_table", "header", "label", "long_beside", "note",
         "placeholder_figure", "show_notes", "styled", "wide_beside",
     ], "display"),
     **dict.fromkeys([
-        "FONT", "plot_figure4",
+        "FIGURES", "FONT", "FigureText", "WIDTH", "captioned", "figure_html", "figure5_curves",
+        "plot_appendix_j", "plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4", "plot_figure5",
+        "plot_hard_vs_soft", "plot_table6_arms", "plot_table7_deltas", "plot_table8", "plot_theorem1",
+        "plot_whatif", "table7_deltas", "whatif_paper_points",
     ], "figures"),
     **dict.fromkeys([
         "pick_backbone", "pick_backbones", "pick_dataset", "pick_datasets",

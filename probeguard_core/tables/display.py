@@ -21,7 +21,7 @@ from probeguard_core.paper import UNITS, display_label, format_beside
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
-    "absent_text", "HEADER_WORDS", "header", "show_notes",
+    "absent_text", "HEADER_WORDS", "QUANTITY_WORDS", "header", "label", "show_notes",
     "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "TABLE_CLASS", "absent_note",
     "empty_table", "long_beside", "note", "placeholder_figure", "styled", "wide_beside",
 ]
@@ -158,7 +158,31 @@ HEADER_WORDS: dict[str, str] = {
     "risk_mean": "risk (mean)", "risk_sd": "risk sd", "n_certified": "certified splits", "n_splits": "splits",
     "base_error": "base error", "certified_share": "certified draws", "error_rate": "error rate",
     "n_defined": "defined for", "n_kept": "re-answers kept", "kappa": "κ", "rse": "RSE", "qid": "question id",
+    "reanswers": "re-answers", "reanswer_plurality_is_gold": "plurality is gold", "n_queries": "counter-queries",
+    "n_docs": "documents",
 }
+
+
+#: Quantities whose code names do not read as words with the underscores as spaces (Appendix J's
+#: cost fields; display only, the CSVs keep the code names).
+QUANTITY_WORDS: dict[str, str] = {
+    "substrate_wall_s": "substrate seconds", "substrate_completion_tokens_median": "substrate tokens",
+    "probe_wall_s_median": "probe seconds", "probe_completion_tokens_median": "probe tokens",
+    "probe_share_wall": "probe share of time", "probe_to_substrate_ratio": "probe / substrate",
+    "unanimous_share": "unanimous share",
+}
+
+
+def label(column: str, value: Any) -> str:
+    """A key value as a displayed table shows it: :data:`QUANTITY_WORDS` for a quantity that has
+    words there, else :func:`paper.display_label`.
+
+    >>> label("quantity", "probe_wall_s_median"), label("backbone", "Qwen/Qwen3-8B")
+    ('probe seconds', 'Qwen3-8B')
+    """
+    if column == "quantity" and isinstance(value, str) and value in QUANTITY_WORDS:
+        return QUANTITY_WORDS[value]
+    return display_label(column, value)
 
 
 def header(column: Any) -> Any:
@@ -245,7 +269,7 @@ def wide_beside(df: pd.DataFrame, index: Sequence[str], columns: Sequence[str], 
     if df.empty:  # a release without these inputs: an empty table with the header, beside its note
         return _style(pd.DataFrame(columns=[*index, *columns, *BESIDE_SUBCOLUMNS]), None, BESIDE_CLASS, hide_index=True)
     shown = format_beside(df.assign(unit=_display_units(df)), value_col, decimals=decimals, pct_decimals=pct_decimals)
-    keys = pd.DataFrame({c: [display_label(c, v) for v in df[c]] for c in index + columns}, index=df.index)
+    keys = pd.DataFrame({c: [label(c, v) for v in df[c]] for c in index + columns}, index=df.index)
     src = {"ours": value_col, "paper": "paper", "Δ": "diff"}
     cells = pd.concat([keys, shown[[value_col, "paper", "diff"]].rename(columns={value_col: "_ours"})], axis=1)
     groups = _nested_order(keys, columns)
@@ -281,7 +305,7 @@ def long_beside(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = ()
             raise ValueError(f"long_beside: {c!r} is not a column of the table: {list(df.columns)}")
     units = extra_units or {}
     shown = format_beside(df.assign(unit=_display_units(df)), value_col, decimals=decimals, pct_decimals=pct_decimals)
-    out = pd.DataFrame({c: [display_label(c, v) for v in df[c]] for c in keys}, index=df.index)
+    out = pd.DataFrame({c: [label(c, v) for v in df[c]] for c in keys}, index=df.index)
     out["ours"], out["paper"], out["Δ"] = shown[value_col], shown["paper"], shown["diff"]
     for c in extra:
         out[c] = _format_column(df[c], units.get(c), decimals, pct_decimals)
@@ -319,7 +343,7 @@ def styled(df: pd.DataFrame, *, units: str | Mapping[str, str] | None = None,
     for i, c in enumerate(df.columns):
         col = df.iloc[:, i]
         if labels and c in _KEY_LABELLED:
-            cols[i] = [display_label(c, v) for v in col]
+            cols[i] = [label(c, v) for v in col]
         elif c == "value" and row_units is not None:
             cols[i] = [_format_column(pd.Series([v]), u or None, decimals, pct_decimals)[0] for v, u in zip(col, row_units)]
         else:
@@ -330,13 +354,13 @@ def styled(df: pd.DataFrame, *, units: str | Mapping[str, str] | None = None,
         names = list(df.index.names)
         if isinstance(df.index, pd.MultiIndex):
             out.index = pd.MultiIndex.from_tuples(
-                [tuple(display_label(n, v) if n in _KEY_LABELLED else v for n, v in zip(names, t)) for t in df.index],
+                [tuple(label(n, v) if n in _KEY_LABELLED else v for n, v in zip(names, t)) for t in df.index],
                 names=names)
         elif names[0] in _KEY_LABELLED:
-            out.index = pd.Index([display_label(names[0], v) for v in df.index], name=names[0])
+            out.index = pd.Index([label(names[0], v) for v in df.index], name=names[0])
     if labels and isinstance(df.columns, pd.Index) and not isinstance(df.columns, pd.MultiIndex) \
             and df.columns.name in _KEY_LABELLED:
-        out.columns = pd.Index([display_label(df.columns.name, v) for v in df.columns], name=df.columns.name)
+        out.columns = pd.Index([label(df.columns.name, v) for v in df.columns], name=df.columns.name)
     sty = out.style
     sty.set_uuid(_uuid(out))
     sty.set_table_attributes(f'class="{TABLE_CLASS}"')
