@@ -63,13 +63,16 @@ def note(text: str, title: str = "Not in this release") -> Any:
                 f"<p>{html.escape(text)}</p></div>")
 
 
-def placeholder_figure(text: str, figsize: tuple[float, float] = (6.0, 2.2)) -> Any:
-    """A matplotlib figure that only says why the real one is absent (so its PNG/SVG exist)."""
+def placeholder_figure(text: str, figsize: tuple[float, float] = (6.0, 2.2), visible_note: bool = False) -> Any:
+    """A matplotlib figure that only says why the real one is absent (so its PNG/SVG exist);
+    ``visible_note``: :func:`tables.captioned` also shows ``text`` as a note above it (for a
+    page that shows no other note of that absence)."""
     import textwrap
 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=figsize)
+    fig.probeguard_missing = text if visible_note else None
     ax.axis("off")
     ax.text(0.5, 0.5, "\n".join(textwrap.wrap(text, 70)), ha="center", va="center", fontsize=10,
             transform=ax.transAxes, color="dimgray")

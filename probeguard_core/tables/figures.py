@@ -170,19 +170,23 @@ def captioned(target: Any, name: str, fig: Any, extra: str = "") -> Any:
     import matplotlib.pyplot as plt
     from IPython.display import HTML
 
+    from probeguard_core.tables.display import note
+
     if name not in FIGURES:
         raise KeyError(f"captioned: no number / caption / alt text for figure {name!r} in tables.figures.FIGURES")
     out = getattr(target, "out", target)
     out.figure(name, fig)
     plt.close(fig)
     png = base64.b64encode((out.dir / f"{name}.png").read_bytes()).decode("ascii")
-    return HTML(figure_html(f"data:image/png;base64,{png}", FIGURES[name], extra, name))
+    shown = figure_html(f"data:image/png;base64,{png}", FIGURES[name], extra, name)
+    missing = getattr(fig, "probeguard_missing", None)  # a placeholder: say why, visibly, above it
+    return HTML((note(missing).data if missing else "") + shown)
 
 
-def _placeholder(text: str) -> Any:
+def _placeholder(text: str, visible_note: bool = False) -> Any:
     from probeguard_core.tables.display import placeholder_figure
 
-    return placeholder_figure(text, figsize=(WIDTH, 2.0))
+    return placeholder_figure(text, figsize=(WIDTH, 2.0), visible_note=visible_note)
 
 
 def _rc() -> Any:
@@ -268,7 +272,7 @@ def plot_figure3(flips: pd.DataFrame, datasets: Sequence[str]) -> Any:
     flips = flips[flips.dataset.isin(datasets)]
     if flips.empty:
         return _placeholder("Figure 3: this release has no counter-evidence probe records in the benchmarks of "
-                            "Figure 3; it needs them (DESIGN 2.2)")
+                            "its design; Figure 3 needs them (DESIGN 2.2)", visible_note=True)
     lab = flips.apply(lambda r: f"{display_label('backbone', r.backbone)}\n{display_label('dataset', r.dataset)}",
                       axis=1)
     x = {k: i for i, k in enumerate(dict.fromkeys(lab))}
