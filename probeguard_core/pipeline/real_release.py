@@ -377,11 +377,12 @@ def merge_shards(work: Path, questions: Sequence[Any], workers: int) -> int:
     the seeded question order (only questions every earlier one of which is done, so a resumed
     run never leaves a gap). Returns the number of questions merged."""
     from probeguard_core.fileio import write_text_atomic
+    from probeguard_core.pipeline.runio import sidecar
 
     lines: dict[str, dict[str, str]] = {"logs": {}, "cost": {}}
     for shard in range(workers):
         src = _shard_path(work, shard, workers)
-        for kind, path in (("logs", src), ("cost", src.with_name(src.name.removesuffix(".jsonl") + ".cost.jsonl"))):
+        for kind, path in (("logs", src), ("cost", sidecar(src, ".cost.jsonl"))):
             if path.is_file():
                 for line in path.read_text(encoding="utf-8").splitlines():
                     lines[kind][str(json.loads(line)["qid"])] = line  # cost: last line per qid wins
