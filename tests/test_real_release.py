@@ -2,9 +2,9 @@
 byte for byte from the same model and seed.
 
 The regeneration test needs the real-parts packages (``requirements/real-parts.txt``, which
-``make test`` installs); without them it is skipped with the reason.  It runs the first
-substrate chunk (the release's first ``batch_size`` questions, = 2) on one CPU thread, a few
-minutes.
+``make test`` installs); without them it is skipped with the reason.  It runs one substrate
+chunk (``batch_size`` = 2 consecutive questions of the seeded order: the chunk with the fewest
+rounds in the release) on one CPU thread, a couple of minutes.
 """
 
 from __future__ import annotations
@@ -70,23 +70,26 @@ def test_substrate_regenerates_byte_identical(tmp_path):
                     "(python -m pip install --no-deps -r requirements/real-parts.txt; pip install '.[real]')")
     m = _manifest()
     from probeguard_core.logs import read_logs
-    from probeguard_core.pipeline.real_release import RealConfig, build_parts, substrate_config
+    from probeguard_core.pipeline.real_release import RealConfig, _chunks, build_parts, substrate_config
     from probeguard_core.pipeline.runio import dump_line
     from probeguard_core.pipeline.substrate import run_substrate
 
     conf = {k: v for k, v in m["config"].items() if k in RealConfig.__dataclass_fields__}
     cfg = RealConfig(**conf)
     parts = build_parts(tmp_path / "work", cfg, cache=None)
-    batch = max(1, cfg.max_batch_rows // cfg.n_candidates)
-    assert batch == 2, "the release's first chunk must be exactly the first 2 questions"
-    out = tmp_path / "logs.jsonl"
-    run_substrate(parts["questions"][:2], parts["wrapped"], parts["retriever"], out, substrate_config(cfg, parts["version"]),
-                  batch_size=batch, reproducible=True, progress=False)
     cell = RELEASE / m["cells"][0]["path"]
     with gzip.open(cell / "logs.jsonl.gz", "rt", encoding="utf-8") as fh:
         shipped = {json.loads(line)["qid"]: line for line in fh}
+    # the substrate's own chunks (a record depends only on its chunk); the one with the fewest
+    # rounds in the release regenerates fastest
+    chunks = _chunks(parts["questions"], cfg)
+    assert all(len(c) == 2 for c in chunks[:-1])
+    chunk = min(chunks, key=lambda c: (sum(len(json.loads(shipped[q.qid])["rounds"]) for q in c), chunks.index(c)))
+    out = tmp_path / "logs.jsonl"
+    run_substrate(chunk, parts["wrapped"], parts["retriever"], out, substrate_config(cfg, parts["version"]),
+                  batch_size=max(1, cfg.max_batch_rows // cfg.n_candidates), reproducible=True, progress=False)
     regenerated = read_logs(out)
-    assert [r.qid for r in regenerated] == [q.qid for q in parts["questions"][:2]]
+    assert [r.qid for r in regenerated] == [q.qid for q in chunk]
     costs = [json.loads(line) for line in out.with_name("logs.cost.jsonl").read_text().splitlines()]
     for rec, cost in zip(regenerated, costs):
         # the release merges each record's cost (wall seconds are not reproducible): compare the

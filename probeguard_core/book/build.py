@@ -9,6 +9,9 @@
    papermill in parallel (``--jobs`` processes, kernel ``python3`` of this interpreter, the
    heaviest notebooks by registry ``weight`` first, BLAS / OpenMP pools at one thread unless
    set), injecting ``release``, ``output_dir = book/_generated/<name>`` and ``--params-json``.
+   Each kernel is forked from a process that has already imported what the notebooks import
+   (:mod:`probeguard_core.book.kernels`; ``PROBEGUARD_FORK_KERNELS=0`` starts fresh kernels)
+   and is stopped at once when its last cell has run.
 3. Tags papermill's injected-parameters cell ``remove-cell`` so the book hides it and writes
    the executed notebook to ``book/_generated/<name>.ipynb``.
 4. Runs ``jupyter-book build . -W -n --keep-going`` (execution is off in ``_config.yml``)
@@ -250,7 +253,9 @@ def _ipc_kernel_manager() -> type:
             super().cleanup_ipc_files()
             shutil.rmtree(os.path.dirname(self.ip), ignore_errors=True)
 
-    return IPCKernelManager
+    from probeguard_core.book import kernels
+
+    return kernels.manager_class(IPCKernelManager)
 
 
 #: Errors after which a notebook is run once more on a fresh kernel (a lost kernel message or a
@@ -276,6 +281,7 @@ def _run_papermill(source: Path, output: Path, parameters: dict[str, Any], cwd: 
                 execution_timeout=timeout_s,
                 report_mode=False,
                 kernel_manager_class=_ipc_kernel_manager(),
+                shutdown_kernel="immediate",  # every output is in: no graceful wait (about 1 s a notebook)
             )
     except pm.PapermillExecutionError as exc:
         return f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
@@ -370,8 +376,8 @@ def run_notebooks(
     tasks.sort(key=lambda t: -weight[Path(t[0]).stem])
     results: dict[str, NotebookResult] = {}
     # RUN_LAST notebooks read what the others wrote: a second batch, after the first finished
-    for batch in ([t for t in tasks if Path(t[0]).stem not in RUN_LAST], [t for t in tasks if Path(t[0]).stem in RUN_LAST]):
-        _run_batch(batch, jobs, results)
+    batches = [[t for t in tasks if Path(t[0]).stem not in RUN_LAST], [t for t in tasks if Path(t[0]).stem in RUN_LAST]]
+    _run_batches([b for b in batches if b], jobs, results)
     return [results[e.name] for e in entries]
 
 
@@ -379,20 +385,21 @@ def run_notebooks(
 RUN_LAST: tuple[str, ...] = ("departures",)
 
 
-def _run_batch(tasks: list[tuple[str, str, dict[str, Any], str]], jobs: int, results: dict[str, NotebookResult]) -> None:
-    if not tasks:
-        return
-    if jobs <= 1 or len(tasks) == 1:
-        for t in tasks:
+def _run_batches(batches: list[list[tuple[str, str, dict[str, Any], str]]], jobs: int,
+                 results: dict[str, NotebookResult]) -> None:
+    """Run the batches one after the other, each in parallel, on one pool of worker processes
+    (each worker keeps its warm kernel zygote, :mod:`probeguard_core.book.kernels`, for all)."""
+    if jobs <= 1 or max(map(len, batches), default=0) <= 1:
+        for t in (t for batch in batches for t in batch):
             r = _worker(t)
             results[r.name] = r
             _report(r)
-    else:
-        import multiprocessing as mp
+        return
+    import multiprocessing as mp
 
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_worker, t) for t in tasks]
-            for f in as_completed(futures):
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        for batch in batches:
+            for f in as_completed([pool.submit(_worker, t) for t in batch]):
                 r = f.result()
                 results[r.name] = r
                 _report(r)

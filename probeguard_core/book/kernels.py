@@ -1,0 +1,374 @@
+"""Warm notebook kernels: each kernel is forked from a process that has already imported what
+the notebooks import (issue 15: kernel start and imports were a third of the book's notebook time).
+
+A fresh IPython kernel costs a Python start-up, ipykernel's imports and then the notebook's own
+imports (numpy, pandas, matplotlib, ``probeguard_core``): 3-4 s per notebook on a quiet 2-core
+machine, about 100 s over the book. Here the first kernel a process starts launches a *zygote*,
+``python -m probeguard_core.book.kernels`` with the kernel spec's interpreter and flags, in the
+kernel's working folder and environment; the zygote imports :data:`PRELOAD` once and then forks
+one child per kernel. A child is a new process, with its own empty namespace and its own
+session and process group, that becomes ``ipykernel_launcher`` with the connection file of the
+kernel manager that asked; it shares only the imported modules (copy-on-write) with its siblings.
+
+What a forked kernel shares with the zygote that a fresh one would not: the modules' import-time
+state (a warning shown once at import is not shown again) and the hash seed. Import-time
+decisions that depend on running under a kernel are kept out or redone: ``matplotlib_inline``
+(it registers its figure hooks with the running kernel when imported) and ``tqdm.auto`` are
+not preloaded, and pandas' ``display.max_columns`` (0 in a terminal, 20 under a kernel) is set
+as a kernel would have it (:func:`_as_imported_in_a_kernel`). The ``random`` and numpy legacy
+global generators are re-seeded from the OS in each child, as in a fresh process.
+``tests/test_book_kernels.py`` compares these with a fresh kernel.
+
+A kernel is forked only when it is safe and faithful; otherwise it starts the usual way
+(``subprocess.Popen``), which is always correct:
+
+* the kernel command is ``<python> [flags] -m ipykernel_launcher ...`` (the spec's ``argv``),
+* the working folder and the environment are those the zygote was started with (apart from
+  the variables jupyter_client sets per kernel, :data:`PER_KERNEL_ENV`); a different one
+  replaces the zygote,
+* the zygote runs a single thread after its imports (a fork copies only the calling thread),
+* ``os.pidfd_open`` exists (Linux >= 5.3), to watch a process that is not our child.
+
+``PROBEGUARD_FORK_KERNELS=0`` turns it off. :func:`manager_class` mixes it into a kernel
+manager class; ``probeguard_core.book.build`` uses it for every notebook it runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+__all__ = ["PER_KERNEL_ENV", "PRELOAD", "ForkedKernel", "Zygote", "enabled", "manager_class", "zygote_for"]
+
+#: Imported by the zygote before it forks (each one only if installed): what the book's
+#: notebooks import, directly or through ``probeguard_core``'s builders.
+PRELOAD: tuple[str, ...] = (
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "numpy",
+    "pandas",
+    "scipy.special",
+    "matplotlib",
+    "matplotlib.pyplot",  # not matplotlib_inline: it hooks into the running kernel when imported
+    "sklearn.linear_model",
+    "sklearn.model_selection",
+    "sklearn.pipeline",
+    "sklearn.impute",
+    "sklearn.metrics",
+    "probeguard_core.analysis",
+    "probeguard_core.tables",
+    "probeguard_core.book.page",
+    "probeguard_core.paper",
+)
+
+#: Environment variables jupyter_client sets for each kernel; the rest must match the zygote's.
+PER_KERNEL_ENV: frozenset[str] = frozenset({"JPY_PARENT_PID", "JPY_SESSION_NAME", "JPY_INTERRUPT_EVENT",
+                                            "IPY_INTERRUPT_EVENT"})
+
+_LAUNCHER = "ipykernel_launcher"
+
+
+def enabled() -> bool:
+    """Forked kernels are on unless ``PROBEGUARD_FORK_KERNELS=0`` (or the OS lacks ``pidfd_open``)."""
+    return os.environ.get("PROBEGUARD_FORK_KERNELS", "1") != "0" and hasattr(os, "pidfd_open") and hasattr(os, "fork")
+
+
+def _split_cmd(cmd: list[str]) -> tuple[list[str], list[str]] | None:
+    """``(interpreter and flags, launcher arguments)`` of ``<python> [flags] -m ipykernel_launcher
+    ARGS``, or ``None`` for any other kernel command."""
+    for i in range(1, len(cmd) - 1):
+        if cmd[i] == "-m":
+            if cmd[i + 1] != _LAUNCHER or not all(a.startswith("-X") for a in cmd[1:i]):
+                return None
+            return cmd[:i], cmd[i + 2:]
+    return None
+
+
+def _stable_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in PER_KERNEL_ENV}
+
+
+# --------------------------------------------------------------------------- the worker side
+class ForkedKernel:
+    """A ``subprocess.Popen``-like handle on a kernel the zygote forked (jupyter_client's
+    provisioner calls ``poll``, ``wait``, ``send_signal``, ``kill``, ``terminate``)."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, zygote: Zygote, pid: int):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # it has exited (and been reaped) already
+            self._pidfd = None
+
+    def _exited(self, timeout: float) -> bool:
+        if self._pidfd is None:
+            return True
+        ready, _, _ = select.select([self._pidfd], [], [], timeout)
+        return bool(ready)
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._exited(0):
+            self.returncode = self.zygote.exit_code(self.pid)
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not self._exited(-1 if timeout is None else timeout) and timeout is not None:
+                raise subprocess.TimeoutExpired(f"kernel {self.pid}", timeout)
+            self.poll()
+        return self.returncode if self.returncode is not None else 0
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+class Zygote:
+    """A process that has imported :data:`PRELOAD` and forks kernels on request (one per
+    build process; talks JSON lines over a socket pair)."""
+
+    def __init__(self, prefix: list[str], cwd: str, env: dict[str, str]):
+        self.prefix, self.cwd, self.env = list(prefix), cwd, _stable_env(env)
+        ours, theirs = socket.socketpair()
+        self.proc = subprocess.Popen([*prefix, "-m", __name__, str(theirs.fileno())], cwd=cwd, env=env,
+                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.sock, self.file = ours, ours.makefile("rwb")
+        self.lock = threading.Lock()
+        hello = self._read()
+        self.ready = bool(hello.get("ready"))
+        self.why_not = str(hello.get("why_not", ""))
+
+    def _read(self) -> dict[str, Any]:
+        line = self.file.readline()
+        if not line:
+            raise RuntimeError("the kernel zygote exited")
+        return json.loads(line)
+
+    def _ask(self, **request: Any) -> dict[str, Any]:
+        with self.lock:
+            self.file.write(json.dumps(request).encode() + b"\n")
+            self.file.flush()
+            return self._read()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def serves(self, prefix: list[str], cwd: str, env: dict[str, str]) -> bool:
+        return self.alive() and prefix == self.prefix and cwd == self.cwd and _stable_env(env) == self.env
+
+    def fork(self, launcher_args: list[str], env: dict[str, str]) -> ForkedKernel:
+        answer = self._ask(op="fork", args=launcher_args, env=env)
+        if "pid" not in answer:
+            raise RuntimeError(f"the kernel zygote could not fork: {answer.get('error')}")
+        return ForkedKernel(self, int(answer["pid"]))
+
+    def exit_code(self, pid: int) -> int | None:
+        return self._ask(op="status", pid=pid).get("code")
+
+    def close(self) -> None:
+        try:
+            self.file.close()  # EOF (the file holds the socket open too): the zygote stops its kernels and exits
+            self.sock.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+_current: Zygote | None = None
+
+
+def zygote_for(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[Zygote, list[str]] | None:
+    """This process's zygote for a kernel command (started or replaced as needed) and the
+    launcher arguments, or ``None`` when the kernel must start the usual way."""
+    global _current
+    split = _split_cmd(cmd)
+    if split is None or not enabled():
+        return None
+    prefix, args = split
+    if _current is not None and not _current.serves(prefix, cwd, env):
+        _current.close()
+        _current = None
+    if _current is None:
+        try:
+            _current = Zygote(prefix, cwd, env)
+        except (OSError, RuntimeError, ValueError) as exc:
+            print(f"probeguard kernels: no warm kernels ({exc}); starting kernels the usual way", file=sys.stderr)
+            return None
+        if not _current.ready:
+            print(f"probeguard kernels: no warm kernels ({_current.why_not}); starting kernels the usual way",
+                  file=sys.stderr)
+    return (_current, args) if _current.ready else None
+
+
+def _close_current() -> None:
+    if _current is not None:
+        _current.close()
+
+
+atexit.register(_close_current)
+
+
+def manager_class(base: type) -> type:
+    """``base`` (a jupyter_client ``AsyncKernelManager`` class) whose kernels are forked from
+    this process's zygote when :func:`zygote_for` allows it, else launched as ``base`` does."""
+
+    class ForkingKernelManager(base):  # type: ignore[misc, valid-type]
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            env = dict(kw.get("env") or os.environ)
+            env.setdefault("JPY_PARENT_PID", str(os.getpid()))  # what jupyter_client's launcher sets
+            cwd = str(kw.get("cwd") or os.getcwd())
+            found = zygote_for(list(kernel_cmd), cwd, env)
+            if found is None:
+                return await super()._async_launch_kernel(kernel_cmd, **kw)
+            zygote, args = found
+            prov = self.provisioner
+            prov.process = zygote.fork(args, env)
+            prov.pid = prov.pgid = prov.process.pid  # the child leads its own session and group
+            prov.cwd = cwd
+            self._reconcile_connection_info(prov.connection_info)
+
+    ForkingKernelManager.__name__ = ForkingKernelManager.__qualname__ = f"Forking{base.__name__}"
+    return ForkingKernelManager
+
+
+# --------------------------------------------------------------------------- the zygote side
+def _preload() -> list[str]:
+    import importlib
+
+    done = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        done.append(name)
+    return done
+
+
+def _as_imported_in_a_kernel() -> None:
+    """Redo what a preloaded module decided at import from not running under a kernel."""
+    pd = sys.modules.get("pandas")
+    if pd is not None and pd.get_option("display.max_columns") == 0:
+        # pandas.core.config_init: 0 when is_terminal() (no kernel at import), else 20
+        pd.set_option("display.max_columns", 20)
+
+
+def _become_kernel(conn: socket.socket, args: list[str], env: dict[str, str]) -> None:
+    """In a forked child: become ``python -m ipykernel_launcher ARGS``; never returns."""
+    import random
+
+    conn.close()
+    os.setsid()
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.environ.clear()
+    os.environ.update(env)
+    random.seed()  # a fresh process's entropy, not the zygote's state
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    _as_imported_in_a_kernel()
+    import ipykernel_launcher
+
+    sys.argv = [ipykernel_launcher.__file__, *args]
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
+    sys.exit(0)
+
+
+def _serve(fd: int) -> None:
+    """The zygote: import :data:`PRELOAD`, say whether forking is safe, then fork kernels."""
+    conn = socket.socket(fileno=fd)
+    stream = conn.makefile("rwb")
+
+    def say(**msg: Any) -> None:
+        stream.write(json.dumps(msg).encode() + b"\n")
+        stream.flush()
+
+    # as ipykernel_launcher does: the working folder is importable as '' (IPython's init_path)
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
+    sys.path.insert(0, "")
+    # as IPKernelApp.init_gui_pylab does before any user code: matplotlib reads it when imported
+    if not os.environ.get("MPLBACKEND"):
+        os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    try:
+        loaded = _preload()
+    except Exception as exc:  # a module that fails to import: kernels start the usual way
+        say(ready=False, why_not=f"preloading failed: {type(exc).__name__}: {exc}")
+        return
+    if threading.active_count() != 1:
+        say(ready=False, why_not=f"{threading.active_count()} threads after the imports (a fork copies one)")
+        return
+    say(ready=True, preloaded=loaded, pid=os.getpid())
+    codes: dict[int, int] = {}
+    children: set[int] = set()
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            children.discard(pid)
+            codes[pid] = os.waitstatus_to_exitcode(status)
+
+    while True:
+        ready, _, _ = select.select([conn], [], [], 0.5)
+        reap()
+        if not ready:
+            continue
+        line = stream.readline()
+        if not line:  # the build process has gone: stop its kernels
+            for pid in children:
+                try:
+                    os.killpg(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+            return
+        req = json.loads(line)
+        if req.get("op") == "fork":
+            pid = os.fork()
+            if pid == 0:
+                _become_kernel(conn, list(req["args"]), dict(req["env"]))
+            children.add(pid)
+            say(pid=pid)
+        elif req.get("op") == "status":
+            pid = int(req["pid"])
+            if pid in children:
+                _, status = os.waitpid(pid, 0)  # its pidfd said it exited: this does not block
+                children.discard(pid)
+                codes[pid] = os.waitstatus_to_exitcode(status)
+            say(code=codes.pop(pid, None))
+        else:
+            say(error=f"unknown request {req.get('op')!r}")
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))

@@ -1,0 +1,138 @@
+"""Warm kernels forked from a zygote (probeguard_core.book.kernels, issue 15): a notebook runs
+the same in a forked kernel as in a fresh one, kernels share no namespace, a dead kernel is
+seen as dead, and a different environment gets its own zygote."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from probeguard_core.book import build as bb
+from probeguard_core.book import kernels
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not kernels.enabled(), reason="needs os.fork and os.pidfd_open")]
+
+PROBE = """\
+---
+jupytext:
+  text_representation: {extension: .md, format_name: myst}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+
+```{code-cell} ipython3
+:tags: [parameters]
+
+tag = "none"
+leave = False
+die = False
+```
+
+```{code-cell} ipython3
+import json, os, random, sys
+seen_before = "left_behind" in globals()
+if leave:
+    left_behind = 1
+if die:
+    os._exit(3)
+import matplotlib.pyplot as plt
+import pandas as pd
+from tqdm.auto import tqdm
+backend = plt.get_backend()  # resolving it hooks matplotlib_inline into this kernel
+hooks = sorted(getattr(f, "__qualname__", repr(f)) for f in get_ipython().events.callbacks["post_execute"])
+wide = pd.DataFrame([range(30)], columns=[f"column_{i}" for i in range(30)])
+print(json.dumps({"max_columns": pd.get_option("display.max_columns"), "tqdm": tqdm.__module__, "backend": backend,
+                  "post_execute": hooks, "wide_repr": repr(wide), "tag": tag, "pid": os.getpid(), "ppid": os.getppid(), "seen_before": seen_before,
+                  "random": random.random(), "cwd": os.getcwd(), "argv0": os.path.basename(sys.argv[0]),
+                  "env": os.environ.get("PROBEGUARD_KERNEL_TEST", ""), "pgid_is_pid": os.getpgid(0) == os.getpid()}))
+```
+"""
+
+
+def _run(tmp_path: Path, name: str, **params: object) -> tuple[bb.NotebookResult, dict]:
+    src = tmp_path / "probe.md"
+    src.write_text(textwrap.dedent(PROBE), encoding="utf-8")
+    res = bb.execute_notebook(src, tmp_path / f"{name}.ipynb", {"tag": name, **params}, cwd=tmp_path, timeout_s=120)
+    if not res.ok:
+        return res, {}
+    nb = nbformat.read(tmp_path / f"{name}.ipynb", as_version=4)
+    out = next(o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("name") == "stdout")
+    return res, json.loads(out["text"])
+
+
+@pytest.fixture
+def fresh_zygote(monkeypatch):
+    """No zygote left from an earlier test of this process; the one made here is closed after."""
+    kernels._close_current()
+    monkeypatch.setattr(kernels, "_current", None)
+    yield
+    kernels._close_current()
+    kernels._current = None
+
+
+def test_split_cmd_only_takes_the_ipykernel_launcher():
+    py = "/x/python"
+    assert kernels._split_cmd([py, "-m", "ipykernel_launcher", "-f", "c.json"]) == ([py], ["-f", "c.json"])
+    assert kernels._split_cmd([py, "-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "c"]) == (
+        [py, "-Xfrozen_modules=off"], ["-f", "c"])
+    assert kernels._split_cmd([py, "-m", "other_kernel", "-f", "c"]) is None
+    assert kernels._split_cmd([py, "-u", "-m", "ipykernel_launcher", "-f", "c"]) is None  # a flag we do not replay
+    assert kernels._split_cmd(["/usr/bin/R", "--slave"]) is None
+
+
+def test_forked_kernels_are_fresh_namespaces_of_one_zygote(tmp_path, fresh_zygote):
+    r1, a = _run(tmp_path, "first", leave=True)
+    r2, b = _run(tmp_path, "second")
+    assert r1.ok and r2.ok, (r1.error, r2.error)
+    z = kernels._current
+    assert z is not None and z.ready
+    # both kernels are children of the one zygote, each its own process and process group
+    assert a["ppid"] == b["ppid"] == z.proc.pid
+    assert a["pid"] != b["pid"] and a["pgid_is_pid"] and b["pgid_is_pid"]
+    # nothing of the first notebook's namespace in the second; the generators re-seeded per kernel
+    assert not b["seen_before"]
+    assert a["random"] != b["random"]
+    # what ipykernel_launcher would have: the working folder and the launcher as argv[0]
+    assert a["cwd"] == str(tmp_path) and a["argv0"] == "ipykernel_launcher.py"
+
+
+def test_forked_kernel_matches_a_fresh_kernel(tmp_path, fresh_zygote, monkeypatch):
+    r1, forked = _run(tmp_path, "forked")
+    monkeypatch.setenv("PROBEGUARD_FORK_KERNELS", "0")
+    r2, fresh = _run(tmp_path, "fresh")
+    assert r1.ok and r2.ok
+    assert forked["ppid"] == kernels._current.proc.pid
+    assert fresh["ppid"] == os.getpid()  # the usual launch: a child of this process
+    # and what libraries decide at import from running under a kernel
+    keep = ("seen_before", "cwd", "argv0", "env", "pgid_is_pid", "max_columns", "tqdm", "backend", "post_execute",
+            "wide_repr")
+    assert {k: forked[k] for k in keep} == {k: fresh[k] for k in keep}
+
+
+def test_a_dead_forked_kernel_is_seen_dead_and_retried(tmp_path, fresh_zygote, capsys):
+    res, _ = _run(tmp_path, "dies", die=True)
+    assert not res.ok
+    assert "DeadKernelError" in res.error or "Kernel died" in res.error, res.error
+    assert "retrying once on a fresh kernel" in capsys.readouterr().out
+    # the zygote is still serving after its child died
+    r, ok = _run(tmp_path, "after")
+    assert r.ok and ok["ppid"] == kernels._current.proc.pid
+
+
+def test_another_environment_gets_another_zygote(tmp_path, fresh_zygote, monkeypatch):
+    _, a = _run(tmp_path, "a")
+    monkeypatch.setenv("PROBEGUARD_KERNEL_TEST", "changed")
+    _, b = _run(tmp_path, "b")
+    assert b["env"] == "changed"  # an import-time setting can never be stale
+    assert a["ppid"] != b["ppid"] == kernels._current.proc.pid
+
+
+def test_closing_the_zygote_ends_it(tmp_path, fresh_zygote):
+    _run(tmp_path, "one")
+    z = kernels._current
+    kernels._close_current()
+    assert z.proc.poll() is not None
