@@ -17,8 +17,8 @@ never accept what they refuse:
   repeated key would be lost, an unknown field dropped, and the re-encoding would differ), no
   ``NaN``/``Infinity`` token and numbers of the declared types (``1.0`` for an int, ``-5`` for
   a float are declined).  Lines that :func:`probeguard_core.logs.write_jsonl` writes pass;
-  records with extra fields (e.g. ``probe_pilot``), another key order, ASCII escapes or
-  spaces are declined and read strictly, with the same tables, only slower;
+  records with the optional ``probe_pilot`` as their last field pass too; records with other
+  extra fields, another key order, ASCII escapes or spaces are declined and read strictly, with the same tables, only slower;
 * the validators of the pydantic models are repeated below, rule for rule (one uppercase
   option key, gold among the options, consecutive rounds, N candidates, answers among the
   options, stop at unanimity, no retrieval after the last round, not cut short, distinct
@@ -98,6 +98,9 @@ if msgspec is not None:
         max_rounds: _Pos
         rounds: Annotated[list[Round], Meta(min_length=1)]
         cost: Cost | None
+        #: DESIGN 2.1's one optional field (§5.2's pilot marker), last when present; absent = UNSET,
+        #: which msgspec never encodes, so a line without it still re-encodes to itself
+        probe_pilot: bool | None | msgspec.UnsetType = msgspec.UNSET
 
     class NLIRecord(Struct, gc=False):
         """DESIGN 2.4 (as :class:`probeguard_core.logs.NLIRecord`)."""

@@ -136,6 +136,24 @@ def test_release_cell_is_read_fast_with_the_strict_table(monkeypatch: pytest.Mon
         F.feature_table(cell.logs, cell.nli))
 
 
+def test_pilot_marker_is_read_fast_when_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DESIGN 2.1's optional ``probe_pilot`` (the MedQA / Qwen3-8B cell carries it on every line)
+    takes the fast path as the last field; anywhere else, or not a boolean, it is read strictly."""
+    monkeypatch.setenv("PROBEGUARD_CACHE", "0")
+    cell = load_release(RELEASE, verify=False).cell("medqa", "Qwen/Qwen3-8B")
+    first = json.loads(gzip.decompress(cell.file("logs").read_bytes()).split(b"\n")[0])
+    assert list(first)[-1] == "probe_pilot"
+    fast = fastread.read_cell(cell.file("logs"), cell.file("nli"))
+    assert fast is not None and len(fast[0]) == len(cell.logs)
+    assert _csv(F.feature_table(*fast)) == _csv(F.feature_table(cell.logs, cell.nli))
+    moved = {"probe_pilot": True, **{k: v for k, v in GOOD.items() if k != "probe_pilot"}}
+    for bad in (json.dumps(moved, separators=(",", ":")), _line({**GOOD, "probe_pilot": "yes"}, fastread.QuestionLog)):
+        path = _write(tmp_path / "logs.jsonl", [bad], fastread.QuestionLog)
+        assert fastread.read_cell(path) is None
+    ok = _write(tmp_path / "ok.jsonl", [{**GOOD, "probe_pilot": False}], fastread.QuestionLog)
+    assert fastread.read_cell(ok) is not None and L.read_logs(ok)[0].probe_pilot is False
+
+
 def _release_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "rel"
     shutil.copytree(RELEASE, dst)
