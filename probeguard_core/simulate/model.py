@@ -30,6 +30,7 @@ Monte-Carlo flip rates).  No output metric (AUROC, AURC, coverage) enters anywhe
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import zlib
@@ -71,9 +72,23 @@ def _check_leaves(node: Any, where: str) -> None:
 def load_params(path: str | Path | None = None) -> dict[str, Any]:
     """Read and check ``params.yaml``; raises ValueError naming a leaf without a source/assumption."""
     p = Path(path) if path is not None else PARAMS_PATH
-    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    return copy.deepcopy(_parse_params(p.read_text(encoding="utf-8"), str(p)))  # callers may edit their copy
+
+
+#: libyaml's parser where PyYAML has it (the same SafeConstructor, so the same values), else PyYAML's own.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _safe_load(text: str) -> Any:
+    return yaml.load(text, Loader=_SafeLoader)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_params(text: str, where: str) -> dict[str, Any]:
+    """The checked parameters of one file's text (parsed once per text; :func:`load_params` copies)."""
+    raw = _safe_load(text)
     if not isinstance(raw, dict) or "cells" not in raw:
-        raise ValueError(f"{p}: not a simulator parameter file (no 'cells')")
+        raise ValueError(f"{where}: not a simulator parameter file (no 'cells')")
     for key in ("panel", "datasets", "backbones", "mechanism", "specialties", "cells"):
         _check_leaves(raw[key], key)
     return raw
@@ -476,7 +491,7 @@ def _contested_accuracy(state: str, eta: float, k: int, bb: dict[str, Any], mech
 
 @functools.lru_cache(maxsize=32)
 def _calibrate_cached(cell: str, params_text: str) -> Calibration:
-    params = yaml.safe_load(params_text)
+    params = _safe_load(params_text)
     path, dataset, backbone, role = cell_spec(cell)
     base = v(params["cells"][cell]["like"]) if "like" in params["cells"][cell] else cell
     cp = params["cells"][base]
