@@ -705,14 +705,15 @@ def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head:
     # DeBERTa's entailment scale drifts with the phrasing and length the claims of one question
     # share, so its errors are correlated within a question: one logit shift per (question, round).
     shift = float(rng.normal(0.0, float(v(mech["nli_question_logit_sd"]))))
-    E = [[1.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(n):
-            if i != j:
-                shared = bool(found[i] & found[j])
-                p = min(max(float(rng.beta(*(hs if shared else ds))), 1e-6), 1 - 1e-6)  # np.clip, without its per-call cost
-                E[i][j] = round(1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) + shift))), 4)
-    return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E}
+    # One beta draw per ordered pair i != j, row by row (one call draws them in that order).
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    E = np.ones((n, n))
+    if pairs:
+        shared = np.array([bool(found[i] & found[j]) for i, j in pairs])
+        p = np.clip(rng.beta(np.where(shared, hs[0], ds[0]), np.where(shared, hs[1], ds[1])), 1e-6, 1 - 1e-6)
+        rows, cols = zip(*pairs)
+        E[rows, cols] = np.round(1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) + shift))), 4)
+    return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E.tolist()}
 
 
 def simulate_question(q: Question, cell: str, params: dict[str, Any], cal: Calibration, *,
