@@ -50,6 +50,7 @@ __all__ = [
     "MODELS",
     "drop_family_ablation",
     "make_pipeline",
+    "pooled_layer_scores",
     "process_score",
     "stratum_scores",
     "unanimous_layer_score",
@@ -283,9 +284,26 @@ def stratum_scores(
     df["score"] = df["score"].astype(float)
     s2 = (df["stratum"] == "S2").to_numpy()
     df.loc[s2, "score"] = [trajectory_agreement(log) for log, m in zip(logs, s2) if m]
+    _score_unanimous_layers(df)
+    return df
+
+
+def _score_unanimous_layers(df: pd.DataFrame) -> None:
+    """Set ``score`` of the S1 rows of a :func:`stratum_scores` frame, in place: z(kappa) + z(RSE)
+    within each ``(dataset, layer)`` unanimous layer (the one place the population is grouped)."""
     for _, part in df[df["stratum"] == "S1"].groupby(["dataset", "layer"], sort=True):
         df.loc[part.index, "score"] = unanimous_layer_score(part["kappa"].to_numpy(), part["rse"].to_numpy())
-    return df
+
+
+def pooled_layer_scores(scores: pd.DataFrame) -> np.ndarray:
+    """The ``score`` column of a :func:`stratum_scores` frame as if every log were in one layer
+    (``layers=None``): each dataset's S1 standardized over the union of its layers (section 4.4's
+    augmented arm), equal to recomputing ``stratum_scores`` without ``layers``, without re-reading
+    the logs."""
+    one = scores[["dataset", "stratum", "kappa", "rse", "score"]].assign(layer="main")
+    if scores["layer"].nunique() > 1:
+        _score_unanimous_layers(one)
+    return one["score"].to_numpy()
 
 
 def drop_family_ablation(

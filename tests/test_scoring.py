@@ -19,6 +19,7 @@ from probeguard_core.scoring import (
     drop_family_ablation,
     group_codes,
     make_pipeline,
+    pooled_layer_scores,
     process_score,
     stratum_scores,
     unanimous_layer_score,
@@ -233,6 +234,16 @@ def test_stratum_scores_standardize_per_dataset():
     df = stratum_scores([*logs, extra], probe, nli)
     assert math.isnan(df.loc["x1", "score"])  # no probe/NLI for it, and it does not shift medqa's z
     np.testing.assert_allclose(df["score"].iloc[:3], stratum_scores(logs, probe, nli)["score"].iloc[:3])
+
+
+@pytest.mark.parametrize("layers", [None, ["main", "augment", "main", "main", "augment"], ["augment"] * 5])
+def test_pooled_layer_scores_equal_one_layer(layers):
+    logs, probe, nli = _cell()
+    df = stratum_scores(logs, probe, nli, layers=layers)
+    want = stratum_scores(logs, probe, nli)["score"].to_numpy()
+    np.testing.assert_array_equal(pooled_layer_scores(df), want)  # bit for bit, NaN where abstaining
+    if layers and len(set(layers)) > 1:
+        assert not np.array_equal(df["score"].to_numpy()[:3], want[:3])  # the layers did split the z-scores
 
 
 def test_stratum_scores_reject_inconsistent_probe():
