@@ -16,6 +16,7 @@ Two views of the same computation, :func:`probeguard_core.certify.repeated_split
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -171,6 +172,16 @@ def _fmt(v: Any) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{float(v):.3f}"
 
 
+@functools.lru_cache(maxsize=8)
+def _javascript_bundle(snippet: str) -> str:
+    """``vl_convert.javascript_bundle``: Vega, Vega-Lite and Vega-Embed with ``snippet``, inlined
+    (about 2 s a call; deterministic, so a page that writes the same explorer twice, as a file and
+    inline, bundles it once)."""
+    import vl_convert as vlc
+
+    return vlc.javascript_bundle(snippet)
+
+
 def explorer_html(pre: pd.DataFrame, initial: float = 0.15, element_id: str = DEFAULT_ID,
                   full_document: bool = False, title: str = "Certified coverage and realized risk against α") -> str:
     """Self-contained HTML of the alpha explorer: chart + slider + readout, JavaScript inlined.
@@ -180,8 +191,6 @@ def explorer_html(pre: pd.DataFrame, initial: float = 0.15, element_id: str = DE
     (full precision; empty for no value) on each cell and ``data-alpha`` on the container. A
     ``<script type="application/json">`` holds the precomputed rows the readout is filled from.
     """
-    import vl_convert as vlc
-
     initial = round(float(initial), 2)
     if initial not in ALPHAS:
         raise ValueError(f"initial alpha {initial} is not on the slider grid 0.01..0.30")
@@ -229,7 +238,7 @@ def explorer_html(pre: pd.DataFrame, initial: float = 0.15, element_id: str = DE
         "  root.dataset.ready = 'true';\n"
         "}).catch((err) => { root.dataset.error = String(err); console.error(err); });\n"
     )
-    js = vlc.javascript_bundle(snippet).replace("</script", "<\\/script")
+    js = _javascript_bundle(snippet).replace("</script", "<\\/script")
     frag = (
         f'<div id="{html.escape(element_id)}" class="probeguard-alpha-explorer" data-alpha="{initial:.2f}" '
         f'data-ready="false">\n'

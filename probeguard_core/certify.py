@@ -99,8 +99,21 @@ def resampled_thresholds(scores: ArrayLike, errors: ArrayLike, alpha: float, del
     e = np.asarray(errors)
     if s.ndim != 2 or s.shape != e.shape:
         raise ValueError(f"scores and errors must be 2-D of one shape (n_draws, n_cal), got {s.shape} and {e.shape}")
-    return np.array([np.nan if (t := ltt_threshold(s[d], e[d], alpha, delta, grid, n_strata)) is None else t
-                     for d in range(s.shape[0])], dtype=np.float64)
+    # the checks of ltt_test, once for all rows; then every row's grid at once (_grid_stats)
+    s_flat, e_flat = _check_pair(s.reshape(-1), e.reshape(-1))
+    s, e = s_flat.reshape(s.shape), e_flat.reshape(s.shape)
+    alpha, delta = check_level("alpha", alpha), check_level("delta", delta)
+    g = _check_grid(grid)
+    level = bonferroni_level(delta, g.size, _check_n_strata(n_strata))
+    out = np.full(s.shape[0], np.nan)
+    if s.shape[1] == 0 or s.shape[0] == 0:
+        return out  # no calibration question: every draw abstains
+    lam, _, _, p = _grid_stats(s, e, g, alpha)
+    rej = p <= level
+    first = np.argmax(rej, axis=1)  # the largest rejected coverage (testing order)
+    hit = rej.any(axis=1)
+    out[hit] = lam[np.flatnonzero(hit), first[hit]]
+    return out
 
 
 # =========================================================================== validation
@@ -231,18 +244,30 @@ class LTTResult:
                                  -1 if self.chosen is None else self.chosen)})
 
 
-def _grid_stats(s_desc: NDArray[np.float64], err_cum: NDArray[np.int64], grid_desc: NDArray[np.float64]
-                ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]]:
-    """lambda_c, n_c, E_c for every grid point from descending-sorted scores.
+def _grid_stats(s: NDArray[np.float64], e: NDArray[np.bool_], grid_desc: NDArray[np.float64], alpha: float
+                ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """lambda_c, n_c, E_c and p_c (Eq. 6) for every grid point of every row of ``s`` / ``e``
+    (shape ``(d, n)``, ``n >= 1``; one calibration set per row), each of shape ``(d, |grid|)``.
 
-    ``err_cum[j]`` = errors among the first ``j`` sorted questions (length n+1, err_cum[0] = 0).
+    One stable sort per row and cumulative error counts give every ``(lambda_c, n_c, E_c)``; one
+    :func:`binomial_pvalue` call gives every ``p_c`` (elementwise: a row's values do not depend on
+    the other rows).
     """
-    n = s_desc.size
+    d, n = s.shape
+    order = np.argsort(-s, axis=1, kind="stable")
+    s_desc = np.take_along_axis(s, order, axis=1)
+    # err_cum[:, j] = errors among the first j sorted questions (err_cum[:, 0] = 0)
+    err_cum = np.zeros((d, n + 1), dtype=np.int64)
+    np.cumsum(np.take_along_axis(e, order, axis=1), axis=1, out=err_cum[:, 1:])
     k = np.ceil(grid_desc * n - _K_EPS).astype(np.int64)  # 1 <= k <= n for n >= 1
-    lam = s_desc[k - 1]
-    # n_c = #{s > lambda}: s_desc is descending, so -s_desc is ascending
-    n_c = np.searchsorted(-s_desc, -lam, side="left").astype(np.int64)
-    return lam, n_c, err_cum[n_c]
+    lam = s_desc[:, k - 1]
+    # n_c = #{s > lambda}: each row of s_desc is descending, so its negation is ascending
+    n_c = np.empty(lam.shape, dtype=np.int64)
+    for r in range(d):
+        n_c[r] = np.searchsorted(-s_desc[r], -lam[r], side="left")
+    E_c = np.take_along_axis(err_cum, n_c, axis=1)
+    p = np.asarray(binomial_pvalue(E_c, n_c, alpha), dtype=np.float64).reshape(lam.shape)
+    return lam, n_c, E_c, p
 
 
 def ltt_test(scores: ArrayLike, errors: ArrayLike, alpha: float, delta: float = 0.05,
@@ -263,11 +288,7 @@ def ltt_test(scores: ArrayLike, errors: ArrayLike, alpha: float, delta: float = 
         z = np.zeros(g.size, dtype=np.int64)
         return LTTResult(g, np.full(g.size, np.nan), z, z.copy(), np.ones(g.size),
                          np.zeros(g.size, dtype=bool), None, level, alpha, delta, 0, m)
-    order = np.argsort(-s, kind="stable")
-    s_desc = s[order]
-    err_cum = np.r_[0, np.cumsum(e[order])]
-    lam, n_c, E_c = _grid_stats(s_desc, err_cum, g)
-    p = np.asarray(binomial_pvalue(E_c, n_c, alpha), dtype=np.float64).reshape(g.size)
+    lam, n_c, E_c, p = (a[0] for a in _grid_stats(s[None, :], e[None, :], g, alpha))
     rej = p <= level
     chosen = int(np.argmax(rej)) if rej.any() else None
     return LTTResult(g, lam, n_c, E_c, p, rej, chosen, level, alpha, delta, n, m)

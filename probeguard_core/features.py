@@ -73,6 +73,7 @@ __all__ = [
     "n_minority_options",
     "modal_answer",
     "modal_answers",
+    "round_agreement",
     "round_agreements",
     "stratum",
     "terminal_agreement",
@@ -124,19 +125,21 @@ def modal_answers(log: QuestionLog) -> list[str | None]:
     return [modal_answer(answer_shares(log, r)) for r in log.rounds]
 
 
+def round_agreement(log: QuestionLog, rnd: Round) -> float:
+    """s_t(m_t) of one round: the modal answer's share, 0 when every answer is null."""
+    s = answer_shares(log, rnd)
+    m = modal_answer(s)
+    return 0.0 if m is None else s[m]
+
+
 def round_agreements(log: QuestionLog) -> list[float]:
     """s_t(m_t) for t = 1..T_stop (the agreement series of Eqs. 2 and 7)."""
-    out = []
-    for r in log.rounds:
-        s = answer_shares(log, r)
-        m = modal_answer(s)
-        out.append(0.0 if m is None else s[m])
-    return out
+    return [round_agreement(log, r) for r in log.rounds]
 
 
 def first_round_agreement(log: QuestionLog) -> float:
     """a_1 = s_1(m_1)  (Eq. 2)."""
-    return round_agreements(log)[0]
+    return round_agreement(log, log.rounds[0])
 
 
 def terminal_agreement(log: QuestionLog) -> float:

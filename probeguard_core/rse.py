@@ -15,6 +15,7 @@ Sign conventions differ, and this is deliberate:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -62,8 +63,17 @@ def rationale_semantic_entropy(E: Sequence[Sequence[float]] | np.ndarray) -> flo
     n = M.shape[0]
     if n < 2:
         return math.nan
-    iu = np.triu_indices(n, k=1)
+    iu = _upper_pairs(n)
     return float(np.minimum(M[iu], M.T[iu]).mean())
+
+
+@functools.lru_cache(maxsize=64)
+def _upper_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n, k=1)``, built once per size (read-only: shared between calls)."""
+    iu = np.triu_indices(n, k=1)
+    for a in iu:
+        a.flags.writeable = False
+    return iu
 
 
 def entailment_clusters(E: Sequence[Sequence[float]] | np.ndarray, threshold: float = 0.5) -> list[list[int]]:

@@ -50,6 +50,7 @@ __all__ = [
     "MODELS",
     "drop_family_ablation",
     "make_pipeline",
+    "pooled_layer_scores",
     "process_score",
     "stratum_scores",
     "unanimous_layer_score",
@@ -124,6 +125,13 @@ def _group_folds(n_splits: int, seed: int) -> GroupKFold | StratifiedGroupKFold:
         return StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
 
 
+def group_codes(groups: np.ndarray) -> np.ndarray:
+    """Integer codes of ``groups`` in ``np.unique``'s sorted order: the folds of :func:`_group_folds`
+    depend on the groups only through that order, so the codes give the same folds (tested) without
+    scikit-learn's ``np.isin`` over an object array of qids, the slowest part of a fit loop."""
+    return np.unique(groups, return_inverse=True)[1].reshape(-1)
+
+
 def process_score(
     X: pd.DataFrame,
     correct: Sequence[bool] | np.ndarray | pd.Series,
@@ -163,22 +171,27 @@ def process_score(
     from sklearn.base import clone
     from sklearn.exceptions import ConvergenceWarning
 
-    template = make_pipeline(model, seed)
+    from threadpoolctl import threadpool_limits
+
+    template = make_pipeline(model, seed)  # imports the estimators, loading their BLAS / OpenMP libraries
     cv = _group_folds(n_splits, seed)
     out = np.full(len(X), np.nan)
     not_converged = 0
-    for k, (train, test) in enumerate(cv.split(A, y, groups=g)):
-        if len(np.unique(y[train])) < 2:
-            raise ValueError(f"fold {k}: the training rows hold only one class; cannot fit a classifier")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            est = clone(template).fit(A[train], y[train])
-        not_converged += any(issubclass(w.category, ConvergenceWarning) for w in caught)
-        for w in caught:  # anything else is passed on unchanged
-            if not issubclass(w.category, ConvergenceWarning):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        proba = est.predict_proba(A[test])
-        out[test] = proba[:, list(est.classes_).index(1)]
+    # Many small fits: BLAS / OpenMP thread pools only add contention (one thread is ~20x faster on
+    # a shared 2-core machine). The limit reaches only libraries already loaded, hence after make_pipeline.
+    with threadpool_limits(limits=1):
+        for k, (train, test) in enumerate(cv.split(A, y, groups=group_codes(g))):
+            if len(np.unique(y[train])) < 2:
+                raise ValueError(f"fold {k}: the training rows hold only one class; cannot fit a classifier")
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ConvergenceWarning)
+                est = clone(template).fit(A[train], y[train])
+            not_converged += any(issubclass(w.category, ConvergenceWarning) for w in caught)
+            for w in caught:  # anything else is passed on unchanged
+                if not issubclass(w.category, ConvergenceWarning):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            proba = est.predict_proba(A[test])
+            out[test] = proba[:, list(est.classes_).index(1)]
     res = pd.Series(out, index=X.index, name="process_score")
     res.attrs["model"] = model
     res.attrs["not_converged_folds"] = int(not_converged)
@@ -271,9 +284,26 @@ def stratum_scores(
     df["score"] = df["score"].astype(float)
     s2 = (df["stratum"] == "S2").to_numpy()
     df.loc[s2, "score"] = [trajectory_agreement(log) for log, m in zip(logs, s2) if m]
+    _score_unanimous_layers(df)
+    return df
+
+
+def _score_unanimous_layers(df: pd.DataFrame) -> None:
+    """Set ``score`` of the S1 rows of a :func:`stratum_scores` frame, in place: z(kappa) + z(RSE)
+    within each ``(dataset, layer)`` unanimous layer (the one place the population is grouped)."""
     for _, part in df[df["stratum"] == "S1"].groupby(["dataset", "layer"], sort=True):
         df.loc[part.index, "score"] = unanimous_layer_score(part["kappa"].to_numpy(), part["rse"].to_numpy())
-    return df
+
+
+def pooled_layer_scores(scores: pd.DataFrame) -> np.ndarray:
+    """The ``score`` column of a :func:`stratum_scores` frame as if every log were in one layer
+    (``layers=None``): each dataset's S1 standardized over the union of its layers (section 4.4's
+    augmented arm), equal to recomputing ``stratum_scores`` without ``layers``, without re-reading
+    the logs."""
+    one = scores[["dataset", "stratum", "kappa", "rse", "score"]].assign(layer="main")
+    if scores["layer"].nunique() > 1:
+        _score_unanimous_layers(one)
+    return one["score"].to_numpy()
 
 
 def drop_family_ablation(

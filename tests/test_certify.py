@@ -357,3 +357,18 @@ def test_alpha_sweep_defaults():
     assert sorted(df.alpha.unique()) == [0.05, 0.1, 0.15, 0.2]
     assert len(summ) == 4 * 4
     pd.testing.assert_frame_equal(summ, summarize(df))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_resampled_thresholds_equal_the_loop_row_by_row(ties):
+    """The block path of resampled_thresholds (all draws at once) equals Algorithm 2 one draw at a time."""
+    rng = np.random.default_rng(11 + ties)
+    for _ in range(40):
+        d, n, m = int(rng.integers(1, 12)), int(rng.integers(1, 250)), int(rng.integers(1, 3))
+        s = rng.integers(0, 6, size=(d, n)).astype(float) if ties else rng.random((d, n))
+        e = rng.random((d, n)) < rng.uniform(0, 0.4)
+        alpha = float(rng.choice([0.05, 0.1, 0.2, 0.35]))
+        got = C.resampled_thresholds(s, e, alpha, n_strata=m)
+        want = [C._ltt_threshold_loop(s[i], e[i], alpha, n_strata=m) for i in range(d)]
+        assert [None if np.isnan(x) else float(x) for x in got] == want
+    assert np.isnan(C.resampled_thresholds(np.zeros((3, 0)), np.zeros((3, 0), bool), 0.1)).all()

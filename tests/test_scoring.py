@@ -15,8 +15,11 @@ from sklearn.model_selection import GroupKFold
 from probeguard_core.features import feature_table, load_registry
 from probeguard_core.logs import LogFormatError, NLIRecord, ProbeRecord, QuestionLog
 from probeguard_core.scoring import (
+    _group_folds,
     drop_family_ablation,
+    group_codes,
     make_pipeline,
+    pooled_layer_scores,
     process_score,
     stratum_scores,
     unanimous_layer_score,
@@ -65,6 +68,19 @@ def test_process_score_equals_manual_group_kfold():
         est = clone(make_pipeline("logistic")).fit(A[tr], y[tr].astype(int))
         want[te] = est.predict_proba(A[te])[:, 1]
     np.testing.assert_allclose(got.to_numpy(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 42])
+def test_group_codes_give_the_same_folds_as_the_groups(seed):
+    rng = np.random.default_rng(seed)
+    g = np.array([f"medqa-{i:05d}" if i % 3 else f"pool-{i}" for i in rng.integers(0, 300, size=700)], dtype=object)
+    A, y = np.zeros((len(g), 1)), rng.integers(0, 2, size=len(g))
+    want = list(_group_folds(5, seed).split(A, y, groups=g))
+    got = list(_group_folds(5, seed).split(A, y, groups=group_codes(g)))
+    assert len(got) == len(want) == 5
+    for (tr, te), (tr0, te0) in zip(got, want):
+        np.testing.assert_array_equal(tr, tr0)
+        np.testing.assert_array_equal(te, te0)
 
 
 def test_out_of_fold_differs_from_in_sample():
@@ -218,6 +234,16 @@ def test_stratum_scores_standardize_per_dataset():
     df = stratum_scores([*logs, extra], probe, nli)
     assert math.isnan(df.loc["x1", "score"])  # no probe/NLI for it, and it does not shift medqa's z
     np.testing.assert_allclose(df["score"].iloc[:3], stratum_scores(logs, probe, nli)["score"].iloc[:3])
+
+
+@pytest.mark.parametrize("layers", [None, ["main", "augment", "main", "main", "augment"], ["augment"] * 5])
+def test_pooled_layer_scores_equal_one_layer(layers):
+    logs, probe, nli = _cell()
+    df = stratum_scores(logs, probe, nli, layers=layers)
+    want = stratum_scores(logs, probe, nli)["score"].to_numpy()
+    np.testing.assert_array_equal(pooled_layer_scores(df), want)  # bit for bit, NaN where abstaining
+    if layers and len(set(layers)) > 1:
+        assert not np.array_equal(df["score"].to_numpy()[:3], want[:3])  # the layers did split the z-scores
 
 
 def test_stratum_scores_reject_inconsistent_probe():

@@ -30,6 +30,7 @@ Monte-Carlo flip rates).  No output metric (AUROC, AURC, coverage) enters anywhe
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import zlib
@@ -71,9 +72,23 @@ def _check_leaves(node: Any, where: str) -> None:
 def load_params(path: str | Path | None = None) -> dict[str, Any]:
     """Read and check ``params.yaml``; raises ValueError naming a leaf without a source/assumption."""
     p = Path(path) if path is not None else PARAMS_PATH
-    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    return copy.deepcopy(_parse_params(p.read_text(encoding="utf-8"), str(p)))  # callers may edit their copy
+
+
+#: libyaml's parser where PyYAML has it (the same SafeConstructor, so the same values), else PyYAML's own.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _safe_load(text: str) -> Any:
+    return yaml.load(text, Loader=_SafeLoader)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_params(text: str, where: str) -> dict[str, Any]:
+    """The checked parameters of one file's text (parsed once per text; :func:`load_params` copies)."""
+    raw = _safe_load(text)
     if not isinstance(raw, dict) or "cells" not in raw:
-        raise ValueError(f"{p}: not a simulator parameter file (no 'cells')")
+        raise ValueError(f"{where}: not a simulator parameter file (no 'cells')")
     for key in ("panel", "datasets", "backbones", "mechanism", "specialties", "cells"):
         _check_leaves(raw[key], key)
     return raw
@@ -196,9 +211,14 @@ def labelled_indices(dataset: str, n_questions: int, n_labelled: int) -> frozens
 # ------------------------------------------------------------------------------------------
 
 def _sample_cat(rng: np.random.Generator, p: np.ndarray, size: int) -> np.ndarray:
+    return _cat_from_uniforms(p, rng.random(size))
+
+
+def _cat_from_uniforms(p: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Categories of weights ``p`` (unnormalized) by inverse CDF of the uniforms ``u``."""
     c = np.cumsum(p)
     c /= c[-1]
-    return np.minimum(np.searchsorted(c, rng.random(size), side="right"), len(p) - 1)
+    return np.minimum(np.searchsorted(c, u, side="right"), len(p) - 1)
 
 
 def _difficulty(rng: np.random.Generator, state: str, bb: dict[str, Any]) -> float:
@@ -250,48 +270,86 @@ class Trajectory:
     pool_size: int
 
 
+@dataclass(frozen=True)
+class _Dynamics:
+    """The per-question constants of :func:`run_dynamics` (``mech``'s values for the state)."""
+
+    k: int
+    g: int
+    attractor: int  # gold (knowledge), the distractor (misconception) or -1 (uncertain)
+    gamma: float
+    persist: float
+    pull: float
+    epull: float
+    h: float
+    n_cand: int
+    p_null: float
+
+    @classmethod
+    def of(cls, state: str, k: int, g: int, w: int, mech: dict[str, Any], n_cand: int, p_null: float) -> _Dynamics:
+        attractor = g if state == "knowledge" else (w if state == "misconception" else -1)
+        return cls(k, g, attractor, float(v(mech["convergence_gamma"])), float(v(mech["own_vote_persistence"])),
+                   float(v(mech["attractor_pull"])), float(v(mech["evidence_pull"])),
+                   float(v(mech["evidence_found"])[state]), n_cand, p_null)
+
+    def found(self, eta: float, u: float, new: int, nd: int) -> bool:
+        """Whether the round's evidence points to gold: ``u < min(1, eta * h * new / nd)``."""
+        return bool(u < min(1.0, eta * self.h * new / nd))
+
+    def next_votes(self, cur: np.ndarray, found: bool, u: np.ndarray) -> np.ndarray:
+        """Next-round votes from ``cur`` under instructed convergence, from the round's ``3 * n_cand``
+        uniforms ``u`` (category, own-vote persistence, parse failure)."""
+        n = self.n_cand
+        counts = np.bincount(cur[cur >= 0], minlength=self.k).astype(float)
+        wgt = (counts + 0.5) ** self.gamma
+        if self.attractor >= 0:
+            wgt[self.attractor] *= 1.0 + self.pull
+        if found:
+            wgt[self.g] *= 1.0 + self.epull
+        nxt = _cat_from_uniforms(wgt, u[:n])
+        keep = (u[n : 2 * n] < self.persist) & (cur >= 0)
+        nxt[keep] = cur[keep]
+        nxt[u[2 * n :] < self.p_null] = -1
+        return nxt
+
+
+def _doc_pool(rng: np.random.Generator, state: str, mech: dict[str, Any]) -> tuple[int, np.ndarray]:
+    """The question's relevant pool size and its rank-biased draw weights (top documents recur: saturation)."""
+    lo, hi = v(mech["doc_pool_size"])[state]
+    pool = int(rng.integers(lo, hi + 1))
+    wts = 1.0 / (1.0 + np.arange(pool)) ** 0.7
+    return pool, wts / wts.sum()
+
+
+def _round_draws(rng: np.random.Generator, pool: int, rank_p: np.ndarray, docs_per_round: int,
+                 n_cand: int) -> tuple[int, list[int], float, np.ndarray]:
+    """One contested round's random draws, in stream order: the number of queries, the retrieved
+    documents, the evidence uniform and the ``3 * n_cand`` vote uniforms (none depends on the votes)."""
+    nq = int(rng.integers(1, 5))
+    nd = min(docs_per_round, 2 * nq, pool)
+    docs = [int(x) for x in rng.choice(pool, size=nd, replace=False, p=rank_p)]
+    u = rng.random(1 + 3 * n_cand)
+    return nq, docs, float(u[0]), u[1:]
+
+
 def run_dynamics(rng: np.random.Generator, state: str, d: float, k: int, g: int, w: int, v1: np.ndarray,
                  mech: dict[str, Any], eta: float, n_cand: int, max_rounds: int, docs_per_round: int,
                  p_null: float) -> Trajectory:
     """Rounds 2..T under instructed convergence with evidence retrieved after each disagreement."""
-    lo, hi = v(mech["doc_pool_size"])[state]
-    pool = int(rng.integers(lo, hi + 1))
-    gamma = float(v(mech["convergence_gamma"]))
-    persist = float(v(mech["own_vote_persistence"]))
-    pull = float(v(mech["attractor_pull"]))
-    epull = float(v(mech["evidence_pull"]))
-    h = float(v(mech["evidence_found"])[state])
-    attractor = g if state == "knowledge" else (w if state == "misconception" else -1)
+    pool, rank_p = _doc_pool(rng, state, mech)
+    dyn = _Dynamics.of(state, k, g, w, mech, n_cand, p_null)
     votes = [v1]
     retrieval: list[tuple[list[int], int] | None] = []
     found_by_round: list[bool] = []
     seen: set[int] = set()
-    found_any = False
-    # rank-biased draw from the pool: top-ranked documents recur (saturation)
-    wts = 1.0 / (1.0 + np.arange(pool)) ** 0.7
-    rank_p = wts / wts.sum()  # the same every round of this question
     while not _unanimous(votes[-1]) and len(votes) < max_rounds:
-        nq = int(rng.integers(1, 5))
-        nd = min(docs_per_round, 2 * nq, pool)
-        docs = [int(x) for x in rng.choice(pool, size=nd, replace=False, p=rank_p)]
+        nq, docs, u_found, u = _round_draws(rng, pool, rank_p, docs_per_round, n_cand)
         new = sum(1 for x in docs if x not in seen)
         seen.update(docs)
-        found = bool(rng.random() < min(1.0, eta * h * new / nd))
-        found_any = found_any or found
+        found = dyn.found(eta, u_found, new, len(docs))
         retrieval.append((docs, nq))
         found_by_round.append(found)
-        cur = votes[-1]
-        counts = np.bincount(cur[cur >= 0], minlength=k).astype(float)
-        wgt = (counts + 0.5) ** gamma
-        if attractor >= 0:
-            wgt[attractor] *= 1.0 + pull
-        if found:
-            wgt[g] *= 1.0 + epull
-        nxt = _sample_cat(rng, wgt, n_cand)
-        keep = (rng.random(n_cand) < persist) & (cur >= 0)
-        nxt[keep] = cur[keep]
-        nxt[rng.random(n_cand) < p_null] = -1
-        votes.append(nxt)
+        votes.append(dyn.next_votes(votes[-1], found, u))
     retrieval.append(None)
     found_by_round.append(False)
     return Trajectory(state, d, votes, retrieval, found_by_round, pool)
@@ -374,27 +432,66 @@ def solve_mixture(U: float, e: float, rates: dict[str, tuple[float, float]], whe
     return dict(zip(STATES, (pi / pi.sum()).tolist()))
 
 
+class _ContestedPanel:
+    """The contested questions of one state's calibration panel (:func:`_contested_accuracy`), drawn
+    once and replayed for every evidence strength eta of the bisection.
+
+    A question's random stream does not depend on eta (common random numbers): every round draws the
+    same numbers whatever the votes (:func:`_round_draws`), so its draws are taken once, up to the
+    last possible round.  eta only decides, round by round, whether the evidence points to gold
+    (:meth:`_Dynamics.found`); the votes after a round are a function of those decisions so far,
+    memoized in a tree per question, so an eta whose decisions were seen before costs no vote update.
+    The result equals :func:`run_dynamics` on the question's stream, bit for bit.
+    """
+
+    def __init__(self, state: str, k: int, bb: dict[str, Any], mech: dict[str, Any], panel: dict[str, Any], n: int):
+        N, T, D, pn = (int(v(panel["n_candidates"])), int(v(panel["max_rounds"])), int(v(panel["docs_per_round"])),
+                       float(v(panel["parse_failure_rate"])))
+        self.n, self.k, self.max_rounds = n, k, T
+        self.dyn = _Dynamics.of(state, k, 0, 1, mech, N, pn)
+        self.questions: list[tuple[list[tuple[int, int, float, np.ndarray]], dict[Any, Any]]] = []
+        for j in range(n):
+            rng = rng_for("calibrate-dyn", state, k, j)
+            d = _difficulty(rng, state, bb)
+            v1 = _votes(rng, round1_probs(rng, state, d, k, 0, 1, bb), N, pn)
+            if _unanimous(v1):
+                continue
+            pool, rank_p = _doc_pool(rng, state, mech)
+            seen: set[int] = set()
+            rounds = []
+            for _ in range(T - 1):
+                _, docs, u_found, u = _round_draws(rng, pool, rank_p, D, N)
+                rounds.append((sum(1 for x in docs if x not in seen), len(docs), u_found, u))
+                seen.update(docs)
+            self.questions.append((rounds, {(): (v1, self.max_rounds <= 1)}))
+
+    def rates(self, eta: float) -> tuple[float, float]:
+        """P(not unanimous) and P(not unanimous and final correct) at evidence strength ``eta``."""
+        right = 0
+        for rounds, memo in self.questions:
+            path: tuple[bool, ...] = ()
+            votes, done = memo[path]
+            while not done:
+                new, nd, u_found, u = rounds[len(path)]
+                found = self.dyn.found(eta, u_found, new, nd)
+                path = path + (found,)
+                if path not in memo:
+                    nxt = self.dyn.next_votes(votes, found, u)
+                    memo[path] = (nxt, _unanimous(nxt) or len(path) + 1 >= self.max_rounds)
+                votes, done = memo[path]
+            right += final_index(votes, self.k) == 0
+        return len(self.questions) / self.n, right / self.n
+
+
 def _contested_accuracy(state: str, eta: float, k: int, bb: dict[str, Any], mech: dict[str, Any], panel: dict[str, Any],
                         n: int) -> tuple[float, float]:
     """P(not unanimous) and P(not unanimous and final correct) for one state (common random numbers per eta)."""
-    N, T, D, pn = (int(v(panel["n_candidates"])), int(v(panel["max_rounds"])), int(v(panel["docs_per_round"])), float(v(panel["parse_failure_rate"])))
-    contested = right = 0
-    for j in range(n):
-        rng = rng_for("calibrate-dyn", state, k, j)
-        d = _difficulty(rng, state, bb)
-        p = round1_probs(rng, state, d, k, 0, 1, bb)
-        v1 = _votes(rng, p, N, pn)
-        if _unanimous(v1):
-            continue
-        contested += 1
-        tr = run_dynamics(rng, state, d, k, 0, 1, v1, mech, eta, N, T, D, pn)
-        right += final_index(tr.votes[-1], k) == 0
-    return contested / n, right / n
+    return _ContestedPanel(state, k, bb, mech, panel, n).rates(eta)
 
 
 @functools.lru_cache(maxsize=32)
 def _calibrate_cached(cell: str, params_text: str) -> Calibration:
-    params = yaml.safe_load(params_text)
+    params = _safe_load(params_text)
     path, dataset, backbone, role = cell_spec(cell)
     base = v(params["cells"][cell]["like"]) if "like" in params["cells"][cell] else cell
     cp = params["cells"][base]
@@ -409,8 +506,10 @@ def _calibrate_cached(cell: str, params_text: str) -> Calibration:
     target_contested_right = acc - U * (1 - e)
     n_dyn = 240
 
+    panels = {s: _ContestedPanel(s, k, bb, mech, panel, n_dyn) for s in STATES if pi[s] > 0}
+
     def contested_right(eta: float) -> float:
-        return sum(pi[s] * _contested_accuracy(s, eta, k, bb, mech, panel, n_dyn)[1] for s in STATES if pi[s] > 0)
+        return sum(pi[s] * panels[s].rates(eta)[1] for s in panels)
 
     lo, hi = 0.0, 8.0
     if contested_right(hi) < target_contested_right or contested_right(lo) > target_contested_right:
@@ -606,14 +705,15 @@ def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head:
     # DeBERTa's entailment scale drifts with the phrasing and length the claims of one question
     # share, so its errors are correlated within a question: one logit shift per (question, round).
     shift = float(rng.normal(0.0, float(v(mech["nli_question_logit_sd"]))))
-    E = [[1.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(n):
-            if i != j:
-                shared = bool(found[i] & found[j])
-                p = min(max(float(rng.beta(*(hs if shared else ds))), 1e-6), 1 - 1e-6)  # np.clip, without its per-call cost
-                E[i][j] = round(1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) + shift))), 4)
-    return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E}
+    # One beta draw per ordered pair i != j, row by row (one call draws them in that order).
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    E = np.ones((n, n))
+    if pairs:
+        shared = np.array([bool(found[i] & found[j]) for i, j in pairs])
+        p = np.clip(rng.beta(np.where(shared, hs[0], ds[0]), np.where(shared, hs[1], ds[1])), 1e-6, 1 - 1e-6)
+        rows, cols = zip(*pairs)
+        E[rows, cols] = np.round(1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) + shift))), 4)
+    return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E.tolist()}
 
 
 def simulate_question(q: Question, cell: str, params: dict[str, Any], cal: Calibration, *,

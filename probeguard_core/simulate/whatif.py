@@ -11,8 +11,6 @@ first-round unanimity kept); :func:`unanimous_layer_table` turns it into per-que
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pandas as pd
 
@@ -27,9 +25,14 @@ _BASE_CELL = {
 }
 
 
-def simulate_unanimous_layer(n: int, error_rate: float, seed: int = SEED, backbone: str = "Qwen/Qwen3-8B"
+def simulate_unanimous_layer(n: int, error_rate: float, seed: int = SEED, backbone: str = "Qwen/Qwen3-8B",
+                             arms: tuple[str, ...] = M.ARMS,
                              ) -> tuple[list[L.QuestionLog], list[L.ProbeRecord], list[L.NLIRecord]]:
-    """``n`` MedQA-like questions with a unanimous first round whose consensus is wrong at rate ``error_rate``."""
+    """``n`` MedQA-like questions with a unanimous first round whose consensus is wrong at rate ``error_rate``.
+
+    ``arms``: the probe arms simulated and returned (:func:`model.simulate_question`; all four by
+    default).  The counter-evidence arm is drawn first, so its records are the same whichever
+    arms are asked for (a later arm's records depend on the arms drawn before it)."""
     if backbone not in _BASE_CELL:
         raise ValueError(f"backbone must be one of {sorted(_BASE_CELL)}, got {backbone!r}")
     if not (isinstance(n, int) and n >= 1):
@@ -37,12 +40,12 @@ def simulate_unanimous_layer(n: int, error_rate: float, seed: int = SEED, backbo
     if not (0.0 <= error_rate < 1.0):
         raise ValueError(f"error_rate must be in [0, 1), got {error_rate!r}")
     cell = _BASE_CELL[backbone]
-    params = copy.deepcopy(M.load_params())
+    params = M.load_params()  # a fresh copy: edited below
     cp = params["cells"][cell]
+    base_e = float(M.v(cp["unanimous_error"]))
     cp["unanimous_error"] = {"value": float(error_rate), "assumed": "what-if input"}
     # keep the contested part's accuracy as in the cell (only the layer changes)
     u = float(M.v(cp["first_round_unanimity"]))
-    base_e = float(M.load_params()["cells"][cell]["unanimous_error"]["value"])
     acc = float(M.v(cp["overall_accuracy"])) + u * (base_e - error_rate)
     cp["overall_accuracy"] = {"value": acc, "assumed": "what-if input"}
     cal = M.calibrate_cell(cell, params)
@@ -50,7 +53,7 @@ def simulate_unanimous_layer(n: int, error_rate: float, seed: int = SEED, backbo
     for i in range(n):
         q = M.make_question("medqa", i, params, labelled=False, pool=f"-whatif{seed}")
         sim = M.simulate_question(q, cell, params, cal, rng=M.rng_for("whatif", seed, cell, i), with_self_report=False,
-                                  dataset="medqa", backbone=backbone, condition_unanimous=True)
+                                  dataset="medqa", backbone=backbone, arms=arms, condition_unanimous=True)
         logs.append(L.QuestionLog.model_validate(sim.log))
         probe.extend(L.ProbeRecord.model_validate(r) for r in sim.probe)
         nli.extend(L.NLIRecord.model_validate(r) for r in sim.nli)
@@ -63,7 +66,7 @@ def unanimous_layer_table(n: int, error_rate: float, seed: int = SEED, backbone:
     from probeguard_core.probe import keep_rate
     from probeguard_core.rse import rationale_semantic_entropy
 
-    logs, probe, nli = simulate_unanimous_layer(n, error_rate, seed, backbone)
+    logs, probe, nli = simulate_unanimous_layer(n, error_rate, seed, backbone, arms=("counter_evidence",))
     kappa = {r.qid: keep_rate(r.reanswers, r.consensus) for r in probe if r.arm == "counter_evidence"}
     rse = {r.qid: rationale_semantic_entropy(r.entailment) for r in nli if r.round == 1}
     return pd.DataFrame(

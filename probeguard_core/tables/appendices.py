@@ -44,18 +44,13 @@ def ablation_table(cell: CellLike, n_folds: int = 5, seed: int = SEED, gbt: bool
     dropped_family ('' = full score), n_features, value, not_converged_folds`` (folds whose
     lbfgs stopped at ``max_iter``; 0 for GBT).
     """
-    from threadpoolctl import threadpool_limits
-
     logs = cell.logs
     X = feature_table(logs, nli=cell.nli)
     y = np.array([is_correct(log) for log in logs], dtype=bool)
-    # Many small fits: BLAS / OpenMP thread pools only add contention here (one thread is
-    # ~20x faster on a shared 2-core machine); results do not depend on the thread count.
-    with threadpool_limits(limits=1):
-        ab = drop_family_ablation(X, y, n_splits=n_folds, seed=seed)
-        swaps = [(v, a, process_score(X, y, model=m, n_splits=n_folds, seed=seed))
-                 for v, a, m, on in (("scaled logistic (ours)", "scaled_logistic", "logistic_scaled", scaled),
-                                     ("gbt", "gbt_classifier", "gbt", gbt)) if on]
+    ab = drop_family_ablation(X, y, n_splits=n_folds, seed=seed)  # each fit single-threaded (process_score)
+    swaps = [(v, a, process_score(X, y, model=m, n_splits=n_folds, seed=seed))
+             for v, a, m, on in (("scaled logistic (ours)", "scaled_logistic", "logistic_scaled", scaled),
+                                 ("gbt", "gbt_classifier", "gbt", gbt)) if on]
     base = {"backbone": cell.backbone, "dataset": cell.dataset, "signal": "process_score", "quantity": "auroc"}
     rows = [{**base, "variant": "full" if fam == "none" else f"without {fam}", "arm": "",
              "dropped_family": "" if fam == "none" else fam,

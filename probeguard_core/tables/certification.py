@@ -21,9 +21,7 @@ from probeguard_core.features import (
     first_round_agreement,
 )
 from probeguard_core.paper import beside_paper
-from probeguard_core.scoring import (
-    stratum_scores,
-)
+from probeguard_core.scoring import pooled_layer_scores, stratum_scores
 from probeguard_core.tables.beside import check_entry
 from probeguard_core.tables.display import empty_table
 from probeguard_core.tables.protocols import CellLike, ReleaseLike
@@ -54,7 +52,7 @@ def certification_inputs(cells: Sequence[CellLike]) -> pd.DataFrame:
         nli += list(c.nli or [])
         role += [c.role] * len(c.logs)
     df = stratum_scores(logs, probe_records=probe, nli=nli, layers=role)
-    df["score_augmented"] = stratum_scores(logs, probe_records=probe, nli=nli)["score"].to_numpy()
+    df["score_augmented"] = pooled_layer_scores(df)
     df["error"] = ~df["correct"].to_numpy(dtype=bool)
     df["a1"] = [first_round_agreement(log) for log in logs]
     df["cell"] = role

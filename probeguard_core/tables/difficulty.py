@@ -41,8 +41,6 @@ def difficulty_correlations(cell: CellLike, n_folds: int = 5, seed: int = SEED) 
     over the questions where the score is defined), ``abs_rho``, ``n``, and ``trajectory`` (a
     trajectory family). The rationale family is also scored by RSE itself (round 1, ``rse``),
     the quantity §5.1 calls rationale entropy; it is defined on fewer questions (``n``)."""
-    from threadpoolctl import threadpool_limits
-
     from probeguard_core.features import feature_table, is_correct, load_registry
     from probeguard_core.scoring import process_score
 
@@ -52,11 +50,10 @@ def difficulty_correlations(cell: CellLike, n_folds: int = 5, seed: int = SEED) 
     family_of = {s.name: s.family for s in load_registry()}
     prox = _proxies(logs).loc[X.index]
     scores: dict[str, pd.Series] = {}
-    with threadpool_limits(limits=1):
-        for fam in (*TRAJECTORY_FAMILIES, "rationale"):
-            cols = [c for c in X.columns if family_of.get(c) == fam]
-            if cols and X[cols].notna().any().any():
-                scores[fam] = process_score(X[cols], y, n_splits=n_folds, seed=seed)
+    for fam in (*TRAJECTORY_FAMILIES, "rationale"):
+        cols = [c for c in X.columns if family_of.get(c) == fam]
+        if cols and X[cols].notna().any().any():
+            scores[fam] = process_score(X[cols], y, n_splits=n_folds, seed=seed)  # single-threaded fits
     if "rse_first" in X:
         scores["rse"] = X["rse_first"]
     rows = []
