@@ -136,3 +136,54 @@ def test_closing_the_zygote_ends_it(tmp_path, fresh_zygote):
     z = kernels._current
     kernels._close_current()
     assert z.proc.poll() is not None
+
+
+class _MissedWakeUps:
+    """A kernel socket whose first ``polls`` waits miss a message that is already there (what
+    nbclient issue #312 describes), then report it."""
+
+    def __init__(self, polls: int | None):
+        self.polls, self.waits = polls, []
+
+    async def poll(self, timeout_ms: int) -> int:
+        import asyncio
+
+        self.waits.append(timeout_ms)
+        await asyncio.sleep(timeout_ms / 1000)
+        return 0 if self.polls is None or len(self.waits) <= self.polls else 1
+
+
+def _channel(sock: _MissedWakeUps) -> kernels.SlicedPollChannel:
+    ch = object.__new__(kernels.SlicedPollChannel)
+    ch.socket = sock
+
+    async def recv() -> dict:
+        return {"msg_type": "execute_reply"}
+
+    ch._recv = recv
+    return ch
+
+
+def test_a_missed_wake_up_costs_one_slice_not_the_timeout(monkeypatch):
+    import asyncio
+    import time
+    from queue import Empty
+
+    monkeypatch.setattr(kernels, "POLL_SLICE_S", 0.05)
+    sock = _MissedWakeUps(polls=2)
+    t = time.monotonic()
+    assert asyncio.run(_channel(sock).get_msg(timeout=60))["msg_type"] == "execute_reply"
+    assert time.monotonic() - t < 5 and sock.waits == [50, 50, 50]
+    # no message at all: Empty once the whole timeout has passed, as before
+    sock = _MissedWakeUps(polls=None)
+    t = time.monotonic()
+    with pytest.raises(Empty):
+        asyncio.run(_channel(sock).get_msg(timeout=0.2))
+    assert time.monotonic() - t >= 0.2 and len(sock.waits) >= 4
+
+
+def test_book_kernels_use_the_sliced_poll_client():
+    km = bb._ipc_kernel_manager()(kernel_name="python3")
+    kc = km.client()
+    assert isinstance(kc, kernels.SlicedPollClient)
+    assert kc.shell_channel_class is kc.iopub_channel_class is kernels.SlicedPollChannel

@@ -30,7 +30,9 @@ A kernel is forked only when it is safe and faithful; otherwise it starts the us
 * ``os.pidfd_open`` exists (Linux >= 5.3), to watch a process that is not our child.
 
 ``PROBEGUARD_FORK_KERNELS=0`` turns it off. :func:`manager_class` mixes it into a kernel
-manager class; ``probeguard_core.book.build`` uses it for every notebook it runs.
+manager class; ``probeguard_core.book.build`` uses it for every notebook it runs. Its clients
+(:class:`SlicedPollClient`) wait on the kernel's sockets in short slices, so a missed socket
+wake-up costs half a second, not the cell timeout.
 """
 
 from __future__ import annotations
@@ -44,9 +46,18 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from queue import Empty
 from typing import Any
 
-__all__ = ["PER_KERNEL_ENV", "PRELOAD", "ForkedKernel", "Zygote", "enabled", "manager_class", "zygote_for"]
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
+from traitlets import Type, default
+
+__all__ = [
+    "PER_KERNEL_ENV", "POLL_SLICE_S", "PRELOAD", "ForkedKernel", "SlicedPollChannel", "SlicedPollClient", "Zygote",
+    "enabled", "manager_class", "zygote_for",
+]
 
 #: Imported by the zygote before it forks (each one only if installed): what the book's
 #: notebooks import, directly or through ``probeguard_core``'s builders.
@@ -230,9 +241,14 @@ atexit.register(_close_current)
 
 def manager_class(base: type) -> type:
     """``base`` (a jupyter_client ``AsyncKernelManager`` class) whose kernels are forked from
-    this process's zygote when :func:`zygote_for` allows it, else launched as ``base`` does."""
+    this process's zygote when :func:`zygote_for` allows it, else launched as ``base`` does,
+    and whose clients poll in slices (:class:`SlicedPollClient`)."""
 
     class ForkingKernelManager(base):  # type: ignore[misc, valid-type]
+        @default("client_factory")
+        def _sliced_poll_client(self) -> type:
+            return SlicedPollClient
+
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
             env = dict(kw.get("env") or os.environ)
             env.setdefault("JPY_PARENT_PID", str(os.getpid()))  # what jupyter_client's launcher sets
@@ -249,6 +265,42 @@ def manager_class(base: type) -> type:
 
     ForkingKernelManager.__name__ = ForkingKernelManager.__qualname__ = f"Forking{base.__name__}"
     return ForkingKernelManager
+
+
+# --------------------------------------------------------------------------- the client side
+#: Longest single wait on a kernel socket (seconds); a wait for longer is made of such slices.
+POLL_SLICE_S = 0.5
+
+
+class SlicedPollChannel(AsyncZMQSocketChannel):
+    """A kernel channel whose ``get_msg(timeout)`` re-polls its socket every
+    :data:`POLL_SLICE_S` instead of awaiting one wake-up for the whole timeout.
+
+    nbclient waits for a cell's ``execute_reply`` with one ``shell_channel.get_msg`` spanning the
+    whole cell timeout; when the socket's wake-up is missed (seen when a cell opens ipywidgets
+    comms, nbclient issue #312), the reply sits in the socket until the timeout: the test suite
+    lost 240 s to it twice, both times in the certification page's alpha widget. Polling in
+    slices finds the reply within one slice; a timeout still means no message for that long.
+    """
+
+    async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        assert self.socket is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_SLICE_S if deadline is None else max(0.0, min(POLL_SLICE_S, deadline - time.monotonic()))
+            if await self.socket.poll(int(left * 1000)):
+                return await self._recv()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Empty
+
+
+class SlicedPollClient(AsyncKernelClient):
+    """``AsyncKernelClient`` whose shell, IOPub, stdin and control channels are :class:`SlicedPollChannel`."""
+
+    shell_channel_class = Type(SlicedPollChannel)
+    iopub_channel_class = Type(SlicedPollChannel)
+    stdin_channel_class = Type(SlicedPollChannel)
+    control_channel_class = Type(SlicedPollChannel)
 
 
 # --------------------------------------------------------------------------- the zygote side
