@@ -32,3 +32,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None and item.path.name not in _SPREAD:
             item.add_marker(pytest.mark.xdist_group(f"module-{item.path.stem}"))
+    _name_the_groups(config, items)
+
+
+def _group_of(item: pytest.Item) -> str:
+    """The ``@group`` suffix pytest-xdist's loadgroup gives a test id (its own rule)."""
+    names = {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    return "_".join(sorted(names))
+
+
+def _name_the_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each test's group into its id, as pytest-xdist's loadgroup means to.
+
+    pytest-xdist 3.8 appends ``@group`` to ``item._nodeid`` on the workers, but pytest 9.2 reads a
+    test's id from ``item._id``, so the suffix never reached the scheduler: every test was its own
+    unit, a release's notebook runs were waited for on both workers and module fixtures (the
+    browser tests' book build) ran twice. ``tests/test_xdist_groups.py`` checks the grouping."""
+    if not getattr(config.option, "loadgroup", False) or not items or not hasattr(items[0], "_id"):
+        return
+    from _pytest.nodes import coerce_node_id
+
+    for item in items:
+        group = _group_of(item)
+        if group and not item.nodeid.endswith("@" + group):
+            item._id = coerce_node_id(f"{item.nodeid}@{group}")
