@@ -27,11 +27,20 @@ if "PROBEGUARD_CACHE_DIR" not in os.environ:
 _SPREAD = {"test_notebooks.py", "test_book_foreign_release.py"}
 
 
+#: Modules whose groups take minutes (a real-model regeneration, book builds, browser visits):
+#: collected first, so the scheduler hands them out first and shorter work fills in around them
+#: (longest first; the order of tests within a module is kept).
+_HEAVY_FIRST = ("test_real_release.py", "test_book_foreign_release.py", "test_book_browser.py",
+                "test_pipeline_resume.py", "test_binder.py")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group") is None and item.path.name not in _SPREAD:
             item.add_marker(pytest.mark.xdist_group(f"module-{item.path.stem}"))
+    rank = {name: i for i, name in enumerate(_HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: module order kept
     _name_the_groups(config, items)
 
 

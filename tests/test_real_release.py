@@ -63,6 +63,7 @@ def test_release_validates_and_names_its_stand_ins():
     assert (cell / "probe.jsonl.gz").is_file() == (m["summary"]["first_round_unanimity"] > 0)
 
 
+@pytest.mark.xdist_group("real-release-regeneration")  # minutes on one core: its own unit of work
 def test_substrate_regenerates_byte_identical(tmp_path):
     missing = _missing()
     if missing:
