@@ -187,3 +187,26 @@ def test_book_kernels_use_the_sliced_poll_client():
     kc = km.client()
     assert isinstance(kc, kernels.SlicedPollClient)
     assert kc.shell_channel_class is kc.iopub_channel_class is kernels.SlicedPollChannel
+
+
+def test_a_zygote_that_declined_is_not_tried_again_for_the_same_kernels():
+    z = object.__new__(kernels.Zygote)
+    z.prefix, z.cwd, z.env, z.ready = ["/py"], "/w", {"A": "1"}, False
+    z.proc = type("Gone", (), {"poll": lambda self: 0})()  # its process has exited
+    assert z.serves(["/py"], "/w", {"A": "1", "JPY_PARENT_PID": "7"})  # per-kernel variables aside
+    assert not z.serves(["/py"], "/w", {"A": "2"})
+    z.ready = True
+    assert not z.serves(["/py"], "/w", {"A": "1"})  # a ready zygote that died is replaced
+
+
+def test_waiting_for_a_forked_kernel_without_a_timeout(tmp_path, fresh_zygote):
+    import signal
+
+    _run(tmp_path, "one")
+    k = kernels._current.fork(["--version"], dict(os.environ))  # ipykernel prints its version and exits
+    assert k.wait() == 0 and k.poll() == 0
+    k2 = kernels._current.fork(["-f", str(tmp_path / "never.json")], dict(os.environ))
+    with pytest.raises(__import__("subprocess").TimeoutExpired):
+        k2.wait(timeout=0.2)
+    k2.send_signal(signal.SIGKILL)
+    assert k2.wait() == -signal.SIGKILL

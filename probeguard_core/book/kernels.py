@@ -121,7 +121,8 @@ class ForkedKernel:
         except ProcessLookupError:  # it has exited (and been reaped) already
             self._pidfd = None
 
-    def _exited(self, timeout: float) -> bool:
+    def _exited(self, timeout: float | None) -> bool:
+        """Whether the kernel has exited, waiting up to ``timeout`` seconds (None: until it does)."""
         if self._pidfd is None:
             return True
         ready, _, _ = select.select([self._pidfd], [], [], timeout)
@@ -137,7 +138,7 @@ class ForkedKernel:
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            if not self._exited(-1 if timeout is None else timeout) and timeout is not None:
+            if not self._exited(timeout):
                 raise subprocess.TimeoutExpired(f"kernel {self.pid}", timeout)
             self.poll()
         return self.returncode if self.returncode is not None else 0
@@ -185,7 +186,11 @@ class Zygote:
         return self.proc.poll() is None
 
     def serves(self, prefix: list[str], cwd: str, env: dict[str, str]) -> bool:
-        return self.alive() and prefix == self.prefix and cwd == self.cwd and _stable_env(env) == self.env
+        """Whether this zygote answers for that kernel command, folder and environment. One that
+        declined (not ``ready``, its process gone) keeps answering for them, so kernels start the
+        usual way without a new zygote being tried for each one."""
+        same = prefix == self.prefix and cwd == self.cwd and _stable_env(env) == self.env
+        return same and (not self.ready or self.alive())
 
     def fork(self, launcher_args: list[str], env: dict[str, str]) -> ForkedKernel:
         answer = self._ask(op="fork", args=launcher_args, env=env)
