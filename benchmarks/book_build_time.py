@@ -16,7 +16,10 @@ inside the kernel:
 * ``compute``: the rest of the kernel's time up to its last cell;
 
 ``start`` is the notebook's wall time minus the kernel's own time (process start, IPython,
-papermill's overhead).  The artifact cache is cold (a fresh ``PROBEGUARD_CACHE_DIR``) unless
+papermill's overhead).  The build's first tasks, the main cells' shared tables
+(``book.build._warm_tasks``), run on the same workers and are listed, and summed, as one more row.
+The target (issue 15: 60 s) is the notebook phase, the wall time ``make book`` spends running
+notebooks on 2 cores; the sum of notebook times is printed beside it.  The artifact cache is cold (a fresh ``PROBEGUARD_CACHE_DIR``) unless
 ``--warm-cache`` is given.
 """
 
@@ -104,7 +107,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--no-html", action="store_true", help="skip the jupyter-book build")
     ap.add_argument("--warm-cache", action="store_true", help="keep the user's artifact cache")
-    ap.add_argument("--target-s", type=float, default=60.0, help="target for the sum of notebook times")
+    ap.add_argument("--target-s", type=float, default=60.0, help="target for the notebook phase (wall seconds)")
     args = ap.parse_args()
     root = bb.repo_root()
     bb.check_registry(root)
@@ -120,7 +123,8 @@ def main() -> int:
     if not args.warm_cache:
         os.environ["PROBEGUARD_CACHE_DIR"] = str(scratch / "cache")
     t0 = time.perf_counter()
-    results = bb.run_notebooks(release, jobs=args.jobs, root=root, only=args.only)
+    warm: list[tuple[str, float, str | None]] = []
+    results = bb.run_notebooks(release, jobs=args.jobs, root=root, only=args.only, warm_report=warm)
     t_nb = time.perf_counter() - t0
     failed = [r for r in results if not r.ok]
     for r in failed:
@@ -150,15 +154,21 @@ def main() -> int:
         for k, v in row.items():
             sums[k] += v
         print(f"{r.name:<28s} {row['wall']:7.1f} {row['start']:7.1f} {row['imports']:8.1f} {row['reading']:8.1f} {row['compute']:8.1f}")
+    if warm:
+        w = sum(t for _, t, _ in warm)
+        sums["wall"] += w  # reading each main cell once and its per-question tables (not split further)
+        sums["shared tables"] = w
+        print(f"{f'shared tables ({len(warm)} cells)':<28s} {w:7.1f}   (in the build's workers, before the pages)")
     print(f"{'sum':<28s} {sums['wall']:7.1f} {sums['start']:7.1f} {sums['imports']:8.1f} {sums['reading']:8.1f} {sums['compute']:8.1f}")
     if sums["wall"]:
         print("shares of notebook time: " + ", ".join(f"{k} {100 * sums[k] / sums['wall']:.0f}%"
-                                                      for k in ("start", "imports", "reading", "compute")))
+                                                      for k in ("start", "imports", "reading", "compute",
+                                                                "shared tables") if k in sums))
     print(f"{'notebook phase (parallel)':<28s} {t_nb:7.1f}")
     if not args.no_html:
         print(f"{'jupyter-book build':<28s} {t_html:7.1f}")
-    print(f"sum of notebook times {sums['wall']:.1f} s (target {args.target_s:.0f} s: "
-          f"{'met' if sums['wall'] <= args.target_s else 'MISSED'})")
+    print(f"notebook phase {t_nb:.1f} s on {args.jobs} jobs (target {args.target_s:.0f} s: "
+          f"{'met' if t_nb <= args.target_s else 'MISSED'}); sum of notebook times {sums['wall']:.1f} s")
     shutil.rmtree(scratch, ignore_errors=True)
     return 0
 

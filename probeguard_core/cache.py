@@ -1,9 +1,10 @@
 """A content-addressed cache of tables derived from release files (no pickle, ever).
 
 Parsing and validating a cell's logs and NLI records and computing its feature table
-(Appendix B) is done once per content of those files: the result is stored as a columnar
-``.npz`` (numeric columns as numpy arrays, the index as a fixed-width unicode array, loaded
-with ``allow_pickle=False``) beside a small JSON header, under a key that hashes
+(Appendix B), or any other per-cell table, is done once per content of those files: the result
+is stored as a columnar ``.npz`` (numeric and bool columns as numpy arrays, string columns and
+the index as fixed-width unicode arrays, loaded with ``allow_pickle=False``) beside a small JSON
+header, under a key that hashes
 
 * the sha256 of every source file (so an edited or replaced file is never served stale),
 * the table's name and parameters, and
@@ -24,13 +25,14 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 __all__ = ["cache_dir", "cache_enabled", "cached_frame", "cached_json", "code_fingerprint", "file_sha256"]
 
-_FORMAT = 1
+_FORMAT = 2  # 2: string columns, MultiIndex / RangeIndex (issue 15)
 _fingerprints: dict[tuple[str, ...], str] = {}
 
 
@@ -74,28 +76,63 @@ def _key(name: str, sources: Mapping[str, str], params: Mapping[str, Any], code:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
-def _encode(df: Any) -> tuple[bytes, dict[str, Any]] | None:
-    """``(npz bytes, header)`` for a frame of numeric columns and a string index, else None."""
+def _str_array(values: list[Any]) -> Any:
+    """A fixed-width unicode array of ``values`` if every one is a ``str`` numpy keeps intact, else None.
+
+    (numpy drops trailing NUL characters of unicode items, so a string ending in one is refused.)"""
     import numpy as np
+
+    if not all(isinstance(v, str) and not v.endswith("\0") for v in values):
+        return None
+    return np.asarray(values, dtype=str) if values else np.zeros(0, dtype="<U1")
+
+
+def _encode(df: Any) -> tuple[bytes, dict[str, Any]] | None:
+    """``(npz bytes, header)`` of a frame the cache can store exactly, else None.
+
+    Storable: unique string column labels; numeric / bool columns, and string columns (object
+    or pandas ``str`` dtype, every value a ``str``); an index of strings, a MultiIndex whose
+    levels all hold strings, or the default ``RangeIndex``.  Anything else (NaN in a string
+    column, mixed objects, categoricals, dates) is not cached: the table is rebuilt each time.
+    """
+    import numpy as np
+    import pandas as pd
 
     cols = [str(c) for c in df.columns]
     if len(set(cols)) != len(cols) or list(df.columns) != cols:
         return None
     arrays: dict[str, Any] = {}
+    kinds: list[str] = []
     for i, c in enumerate(cols):
-        a = df[c].to_numpy()
-        if a.dtype.kind not in "fiub":
+        col = df[c]
+        a = col.to_numpy()
+        if col.dtype.kind in "fiub" and a.dtype == col.dtype:
+            arrays[f"c{i}"], kind = a, "numeric"
+        elif col.dtype == object or isinstance(col.dtype, pd.StringDtype):
+            arrays[f"c{i}"], kind = _str_array(a.tolist()), "str"
+            if arrays[f"c{i}"] is None:
+                return None
+        else:
             return None
-        arrays[f"c{i}"] = a
+        kinds.append(kind)
     idx = df.index
-    values = idx.to_numpy()
-    if not all(isinstance(v, str) for v in values.tolist()):
-        return None
-    arrays["index"] = np.asarray(values.tolist(), dtype=str) if len(values) else np.zeros(0, dtype="<U1")
+    if isinstance(idx, pd.RangeIndex) and idx.start == 0 and idx.step == 1 and idx.name is None:
+        index: dict[str, Any] = {"kind": "range"}
+    elif isinstance(idx, pd.MultiIndex):
+        for j in range(idx.nlevels):
+            arrays[f"i{j}"] = _str_array(idx.get_level_values(j).to_numpy().tolist())
+            if arrays[f"i{j}"] is None or str(idx.levels[j].dtype) != str(idx.get_level_values(j).dtype):
+                return None
+        index = {"kind": "multi", "names": list(idx.names), "dtypes": [str(lv.dtype) for lv in idx.levels]}
+    else:
+        arrays["i0"] = _str_array(idx.to_numpy().tolist())
+        if arrays["i0"] is None:
+            return None
+        index = {"kind": "str", "names": [idx.name], "dtypes": [str(idx.dtype)]}
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    header = {"columns": cols, "dtypes": [str(df[c].dtype) for c in cols], "index_name": idx.name,
-              "index_dtype": str(idx.dtype), "n": len(df)}
+    header = {"columns": cols, "dtypes": [str(df[c].dtype) for c in cols], "kinds": kinds, "index": index,
+              "n": len(df)}
     return buf.getvalue(), header
 
 
@@ -103,10 +140,43 @@ def _decode(data: bytes, header: Mapping[str, Any]) -> Any:
     import numpy as np
     import pandas as pd
 
+    ix = header["index"]
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        index = pd.Index(z["index"].tolist(), name=header["index_name"], dtype=header["index_dtype"])
-        cols = {c: z[f"c{i}"].astype(dt, copy=False) for i, (c, dt) in enumerate(zip(header["columns"], header["dtypes"]))}
+        if ix["kind"] == "range":
+            index: Any = pd.RangeIndex(header["n"])
+        elif ix["kind"] == "multi":
+            index = pd.MultiIndex.from_arrays(
+                [pd.Index(z[f"i{j}"].tolist(), dtype=dt) for j, dt in enumerate(ix["dtypes"])], names=ix["names"])
+        else:
+            index = pd.Index(z["i0"].tolist(), name=ix["names"][0], dtype=ix["dtypes"][0])
+        cols = {}
+        for i, (c, dt, kind) in enumerate(zip(header["columns"], header["dtypes"], header["kinds"])):
+            a = z[f"c{i}"]
+            # a Series with its dtype stated: pandas would infer ``str`` for an object array
+            cols[c] = pd.Series(a.astype(dt, copy=False) if kind == "numeric" else a.tolist(), index=index, dtype=dt,
+                                copy=False)
     return pd.DataFrame(cols, index=index, columns=header["columns"])
+
+
+@contextmanager
+def _entry_lock(folder: Path, key: str) -> Iterator[None]:
+    """Hold ``folder/<key>.lock`` exclusively (``fcntl.flock``) while an entry is built, so that two
+    processes asking for the same missing entry (two notebooks of one build) build it once: the
+    second waits, then reads the first one's entry.  Without a writable folder (or ``fcntl``),
+    nothing is locked."""
+    try:
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        fh = open(folder / f"{key}.lock", "a+b")  # noqa: SIM115 - closed below
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+    finally:
+        fh.close()  # closing releases the lock
 
 
 def cached_frame(
@@ -122,7 +192,9 @@ def cached_frame(
     ``sources`` maps a label to each source file's sha256 (a release's manifest already holds
     them), or is a list of paths to hash.  ``code`` lists the modules whose source defines the
     table.  The frame served from the cache equals ``build()``'s: same columns, dtypes, index
-    and values to the last bit (tested).  A frame with non-numeric columns is never cached.
+    and values to the last bit (checked before an entry is stored, and tested).  A frame
+    :func:`_encode` cannot store exactly is never cached.  Two processes missing the same entry at
+    once build it once (:func:`_entry_lock`).
     """
     if not isinstance(sources, Mapping):
         sources = {str(p): file_sha256(p) for p in sources}
@@ -131,26 +203,49 @@ def cached_frame(
     key = _key(name, sources, dict(params or {}), code_fingerprint(*code) if code else "")
     folder = cache_dir() / name
     npz, meta = folder / f"{key}.npz", folder / f"{key}.json"
-    try:
-        header = json.loads(meta.read_text(encoding="utf-8"))
-        data = npz.read_bytes()
-        if header.get("key") == key and header.get("sha256") == hashlib.sha256(data).hexdigest():
-            return _decode(data, header)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no entry, or an unreadable / altered one: rebuild
-    df = build()
-    encoded = _encode(df)
-    if encoded is not None:
-        data, header = encoded
-        header |= {"key": key, "name": name, "sources": dict(sources), "sha256": hashlib.sha256(data).hexdigest()}
-        try:
-            from probeguard_core.fileio import write_bytes_atomic
 
-            write_bytes_atomic(npz, data)
-            write_bytes_atomic(meta, (json.dumps(header, indent=1, sort_keys=True) + "\n").encode("utf-8"))
-        except OSError:
-            pass  # a read-only cache folder only costs speed
+    def lookup() -> Any:
+        try:
+            header = json.loads(meta.read_text(encoding="utf-8"))
+            data = npz.read_bytes()
+            if header.get("key") == key and header.get("sha256") == hashlib.sha256(data).hexdigest():
+                return _decode(data, header)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # no entry, or an unreadable / altered one: rebuild
+        return None
+
+    if (hit := lookup()) is not None:
+        return hit
+    with _entry_lock(folder, key):
+        if (hit := lookup()) is not None:  # built by another process while this one waited
+            return hit
+        df = build()
+        encoded = _encode(df)
+        if encoded is not None and _round_trips(df, *encoded):
+            data, header = encoded
+            header |= {"key": key, "name": name, "sources": dict(sources), "sha256": hashlib.sha256(data).hexdigest()}
+            try:
+                from probeguard_core.fileio import write_bytes_atomic
+
+                write_bytes_atomic(npz, data)
+                write_bytes_atomic(meta, (json.dumps(header, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+            except OSError:
+                pass  # a read-only cache folder only costs speed
     return df
+
+
+def _round_trips(df: Any, data: bytes, header: Mapping[str, Any]) -> bool:
+    """Whether the encoded entry decodes to ``df`` exactly (values to the bit, dtypes, index, names):
+    checked before anything is stored, so an entry never serves a frame other than ``build()``'s."""
+    import pandas as pd
+
+    back = _decode(data, header)
+    try:
+        pd.testing.assert_frame_equal(back, df, check_exact=True, check_index_type=True, check_column_type=True,
+                                      check_names=True, check_flags=True)
+    except AssertionError:
+        return False
+    return list(map(str, back.dtypes)) == list(map(str, df.dtypes)) and str(back.index.dtype) == str(df.index.dtype)
 
 
 def cached_json(name: str, key_doc: Mapping[str, Any], build: Callable[[], Any],
@@ -162,21 +257,32 @@ def cached_json(name: str, key_doc: Mapping[str, Any], build: Callable[[], Any],
     key = hashlib.sha256(json.dumps({"format": _FORMAT, "name": name, **key_doc}, sort_keys=True,
                                     default=str).encode("utf-8")).hexdigest()
     path = cache_dir() / name / f"{key}.json"
-    try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
-        body = json.dumps(entry["value"], sort_keys=True)
-        if entry.get("key") == key and entry.get("sha256") == hashlib.sha256(body.encode("utf-8")).hexdigest():
-            return decode(entry["value"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    value = build()
-    plain = encode(value)
-    body = json.dumps(plain, sort_keys=True)
-    entry = {"key": key, "name": name, "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(), "value": plain}
-    try:
-        from probeguard_core.fileio import write_text_atomic
 
-        write_text_atomic(path, json.dumps(entry, sort_keys=True, indent=1) + "\n")
-    except OSError:
-        pass
+    def lookup() -> tuple[bool, Any]:
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            body = json.dumps(entry["value"], sort_keys=True)
+            if entry.get("key") == key and entry.get("sha256") == hashlib.sha256(body.encode("utf-8")).hexdigest():
+                return True, decode(entry["value"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return False, None
+
+    hit, value = lookup()
+    if hit:
+        return value
+    with _entry_lock(path.parent, key):
+        hit, value = lookup()
+        if hit:
+            return value
+        value = build()
+        plain = encode(value)
+        body = json.dumps(plain, sort_keys=True)
+        entry = {"key": key, "name": name, "sha256": hashlib.sha256(body.encode("utf-8")).hexdigest(), "value": plain}
+        try:
+            from probeguard_core.fileio import write_text_atomic
+
+            write_text_atomic(path, json.dumps(entry, sort_keys=True, indent=1) + "\n")
+        except OSError:
+            pass
     return value

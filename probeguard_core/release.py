@@ -35,6 +35,8 @@ from probeguard_core import logs as L
 from probeguard_core.fileio import sha256_file
 
 ARTIFACTS = ("logs", "probe", "nli", "self_report")
+#: The modules whose source defines a cell's feature table (part of every derived table's cache key).
+FEATURE_CODE = ("probeguard_core.logs", "probeguard_core.fastread", "probeguard_core.features", "probeguard_core.rse")
 ROLES = ("main", "augment")
 
 #: Display names for the paper's backbones (others display as given).
@@ -177,6 +179,28 @@ class Cell:
             return self.release.verified[rel]
         return sha256_file(p)
 
+    def cached_frame(self, name: str, build: Any, kinds: Sequence[str], *, params: dict[str, Any] | None = None,
+                     code: Sequence[str] = (), registry: bool = False) -> Any:
+        """``build()``'s DataFrame, computed once per content of this cell's ``kinds`` files
+        (:func:`probeguard_core.cache.cached_frame`): keyed by their sha256 (an absent kind is
+        part of the key too), ``params``, the source of the ``code`` modules and, with
+        ``registry``, the feature registry (Appendix B)."""
+        from probeguard_core import cache
+
+        return cache.cached_frame(name, self.sources(kinds, registry=registry), build, params=params, code=code)
+
+    def sources(self, kinds: Sequence[str], *, registry: bool = False) -> dict[str, str]:
+        """``{kind: sha256}`` of this cell's ``kinds`` files (``"absent"`` for a kind it lacks) and,
+        with ``registry``, of the feature registry: what a table derived from them is keyed by."""
+        from probeguard_core import cache
+
+        sources = {kind: self.sha256(kind) or "absent" for kind in kinds}
+        if registry:
+            from probeguard_core import features as F
+
+            sources["registry"] = cache.file_sha256(F._default_registry_path())
+        return sources
+
     def features(self) -> Any:
         """The cell's feature table (Appendix B; :func:`probeguard_core.features.feature_table` of
         its logs and NLI records), computed once per content of those files.
@@ -186,16 +210,8 @@ class Cell:
         otherwise the files are read and validated strictly and the table is computed (and
         stored).  The table is identical either way.
         """
-        from probeguard_core import cache
-        from probeguard_core import features as F
-
-        sources = {kind: digest for kind in ("logs", "nli") if (digest := self.sha256(kind)) is not None}
-        registry = F._default_registry_path()
-        sources["registry"] = cache.file_sha256(registry)
-        return cache.cached_frame(
-            "feature_table", sources, self._feature_table,
-            code=("probeguard_core.logs", "probeguard_core.fastread", "probeguard_core.features", "probeguard_core.rse"),
-        )
+        return self.cached_frame("feature_table", self._feature_table, ("logs", "nli"), code=FEATURE_CODE,
+                                 registry=True)
 
     def _feature_table(self) -> Any:
         """Read and compute: the fast strict read when it accepts both files, else the pydantic readers.

@@ -84,6 +84,10 @@ class NotebookEntry:
     #: computed from the release, or one whose checked table can be empty on a small release);
     #: empty = at least one check is required (tests/test_notebooks.py)
     no_checks: str = ""
+    #: the page reads the per-question tables of the release's main cells that several pages share
+    #: (:func:`probeguard_core.tables.scores.warm_cell_tables`): when two or more such pages are
+    #: built, the build computes those tables once, first (:func:`run_notebooks`)
+    cell_tables: bool = False
 
     @property
     def source(self) -> Path:
@@ -91,7 +95,8 @@ class NotebookEntry:
 
 
 def load_registry(root: Path | None = None) -> list[NotebookEntry]:
-    """Read ``notebooks/registry.yml`` (a list of ``{name, chapter, test_params, outputs, weight, no_checks}``)."""
+    """Read ``notebooks/registry.yml`` (a list of ``{name, chapter, test_params, outputs, weight, no_checks,
+    cell_tables}``)."""
     root = root or repo_root()
     path = root / REGISTRY
     if not path.is_file():
@@ -104,7 +109,7 @@ def load_registry(root: Path | None = None) -> list[NotebookEntry]:
     for i, item in enumerate(data):
         if not isinstance(item, dict) or not {"name", "chapter"} <= set(item):
             raise BuildError(f"{path}: entry {i} needs at least 'name' and 'chapter'")
-        unknown = set(item) - {"name", "chapter", "test_params", "outputs", "weight", "no_checks"}
+        unknown = set(item) - {"name", "chapter", "test_params", "outputs", "weight", "no_checks", "cell_tables"}
         if unknown:
             raise BuildError(f"{path}: entry {i} ({item['name']}): unknown field(s) {sorted(unknown)}")
         name = str(item["name"])
@@ -123,7 +128,11 @@ def load_registry(root: Path | None = None) -> list[NotebookEntry]:
         no_checks = item.get("no_checks", "")
         if not isinstance(no_checks, str):
             raise BuildError(f"{path}: entry {name}: no_checks must be the reason, as text")
-        entries.append(NotebookEntry(name, str(item["chapter"]), dict(tp), tuple(outs), float(weight), no_checks))
+        cell_tables = item.get("cell_tables", False)
+        if not isinstance(cell_tables, bool):
+            raise BuildError(f"{path}: entry {name}: cell_tables must be true or false, got {cell_tables!r}")
+        entries.append(NotebookEntry(name, str(item["chapter"]), dict(tp), tuple(outs), float(weight), no_checks,
+                                     cell_tables))
     return entries
 
 
@@ -349,10 +358,13 @@ def run_notebooks(
     generated: str | os.PathLike[str] | None = None,
     root: Path | None = None,
     per_notebook: dict[str, dict[str, Any]] | None = None,
+    warm_report: list[tuple[str, float, str | None]] | None = None,
 ) -> list[NotebookResult]:
     """Execute the registered notebooks (all, or ``only`` those) in parallel; return their results
     in registry order. Each gets ``release``, ``output_dir = <generated>/<name>`` and ``params``
-    (then ``per_notebook[name]``)."""
+    (then ``per_notebook[name]``).  When two or more of them read the main cells' shared tables,
+    those are computed first (:func:`_warm_tasks`); ``warm_report`` receives ``(cell, seconds,
+    error)`` for each."""
     root = root or repo_root()
     entries = load_registry(root)
     known = [e.name for e in entries]
@@ -377,8 +389,44 @@ def run_notebooks(
     results: dict[str, NotebookResult] = {}
     # RUN_LAST notebooks read what the others wrote: a second batch, after the first finished
     batches = [[t for t in tasks if Path(t[0]).stem not in RUN_LAST], [t for t in tasks if Path(t[0]).stem in RUN_LAST]]
-    _run_batches([b for b in batches if b], jobs, results)
+    warm = _warm_tasks(rel_path, entries, params or {})
+    _run_batches([b for b in batches if b], jobs, results, warm, warm_report)
     return [results[e.name] for e in entries]
+
+
+def _warm_tasks(rel_path: Path, entries: Sequence[NotebookEntry], params: dict[str, Any]) -> list[tuple[str, str, str, int]]:
+    """``(release, dataset, backbone, seed)`` per main cell when two or more of ``entries`` read the
+    shared per-question tables (registry ``cell_tables``) and the artifact cache is on; else none.
+
+    Those pages run at the same time in a parallel build; computing the tables first, one task
+    per cell on the same pool, means each cell's records are read once instead of once per page
+    (the cache's lock makes a page that gets there first wait for, not redo, a cell's tables)."""
+    from probeguard_core import SEED, cache
+    from probeguard_core.release import load_release
+
+    if sum(e.cell_tables for e in entries) < 2 or not cache.cache_enabled():
+        return []
+    rel = load_release(rel_path, verify=False)  # only the cell list; the tables are keyed by the files' own sha256
+    seed = int(params.get("seed", SEED))
+    return [(str(rel_path), c.dataset, c.backbone, seed) for c in rel.main_cells()]
+
+
+def _warm_worker(task: tuple[str, str, str, int]) -> tuple[str, float, str | None]:
+    """Compute one cell's shared tables into the artifact cache (:func:`tables.scores.warm_cell_tables`);
+    returns ``(cell, seconds, error or None)``.  A failure is reported, not raised: the pages that
+    need the cell read it themselves and show the error where the reader sees it."""
+    for v in KERNEL_THREAD_VARS:  # a worker process of the build: one BLAS / OpenMP thread, as in the kernels
+        os.environ.setdefault(v, "1")
+    release, dataset, backbone, seed = task
+    t0 = time.perf_counter()
+    try:
+        from probeguard_core.release import load_release
+        from probeguard_core.tables.scores import warm_cell_tables
+
+        warm_cell_tables(load_release(release, verify=False).cell(dataset, backbone), seed=seed)
+    except Exception as exc:  # noqa: BLE001 - reported; the notebooks raise it again in context
+        return f"{dataset}/{backbone}", time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+    return f"{dataset}/{backbone}", time.perf_counter() - t0, None
 
 
 #: Notebooks that read the other notebooks' outputs (the departures page): run after them.
@@ -386,10 +434,13 @@ RUN_LAST: tuple[str, ...] = ("departures",)
 
 
 def _run_batches(batches: list[list[tuple[str, str, dict[str, Any], str]]], jobs: int,
-                 results: dict[str, NotebookResult]) -> None:
-    """Run the batches one after the other, each in parallel, on one pool of worker processes
-    (each worker keeps its warm kernel zygote, :mod:`probeguard_core.book.kernels`, for all)."""
-    if jobs <= 1 or max(map(len, batches), default=0) <= 1:
+                 results: dict[str, NotebookResult], warm: Sequence[tuple[str, str, str, int]] = (),
+                 warm_report: list[tuple[str, float, str | None]] | None = None) -> None:
+    """Run the ``warm`` tasks (:func:`_warm_tasks`), then the batches one after the other, each in
+    parallel, on one pool of worker processes (each worker keeps its warm kernel zygote,
+    :mod:`probeguard_core.book.kernels`, for all).  The first batch is queued behind the warm
+    tasks, not after them: a worker free of warm tasks starts a notebook."""
+    if jobs <= 1 or max(map(len, batches), default=0) <= 1:  # one page at a time: the first stores the tables
         for t in (t for batch in batches for t in batch):
             r = _worker(t)
             results[r.name] = r
@@ -398,11 +449,23 @@ def _run_batches(batches: list[list[tuple[str, str, dict[str, Any], str]]], jobs
     import multiprocessing as mp
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        for batch in batches:
-            for f in as_completed([pool.submit(_worker, t) for t in batch]):
+        warming = [pool.submit(_warm_worker, w) for w in warm]
+        for i, batch in enumerate(batches):
+            futures = [pool.submit(_worker, t) for t in batch]
+            for f in as_completed([*warming, *futures] if i == 0 else futures):
+                if f in warming:
+                    _report_warm(*f.result())
+                    if warm_report is not None:
+                        warm_report.append(f.result())
+                    continue
                 r = f.result()
                 results[r.name] = r
                 _report(r)
+
+
+def _report_warm(label: str, wall_s: float, error: str | None) -> None:
+    status = "ok" if error is None else f"not stored ({error}); the pages compute it"
+    print(f"  {'tables of ' + label:<28s} {wall_s:7.1f} s  {status}", flush=True)
 
 
 def _report(r: NotebookResult) -> None:

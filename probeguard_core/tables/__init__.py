@@ -31,7 +31,7 @@ from typing import Any
 NAMES: dict[str, str] = {
     **dict.fromkeys([
         "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "claims_page",
-        "cost_page", "cost_table", "explain_claims", "rule_summary_units", "table7",
+        "cost_frame", "cost_page", "cost_table", "explain_claims", "rule_summary_units", "table7",
     ], "appendices"),
     **dict.fromkeys([
         "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_audit",
@@ -73,7 +73,8 @@ NAMES: dict[str, str] = {
         "appendix_a_prompts", "appendix_e_protocol", "prompts_markdown", "hyperparameter_source", "source_link", "table4", "table9", "violation_counts",
     ], "method"),
     **dict.fromkeys([
-        "cell_scores", "defined_metric", "flip_rows", "rse_keep_score", "s1_correct",
+        "DERIVED_CODE", "cell_probe_table", "cell_scores", "cell_signals", "defined_metric", "flip_rows",
+        "per_cell", "rse_keep_score", "s1_correct", "warm_cell_tables",
     ], "scores"),
     **dict.fromkeys([
         "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Table5", "Tables23",

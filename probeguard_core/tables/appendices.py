@@ -27,7 +27,7 @@ from probeguard_core.scoring import (
 from probeguard_core.tables.protocols import CellLike, ReleaseLike
 
 __all__ = [
-    "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "claims_page", "cost_page",
+    "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "claims_page", "cost_frame", "cost_page",
     "cost_table", "explain_claims", "rule_summary_units", "table7",
 ]
 
@@ -62,25 +62,51 @@ def ablation_table(cell: CellLike, n_folds: int = 5, seed: int = SEED, gbt: bool
     return pd.DataFrame(rows)
 
 
+def cost_frame(cell: CellLike, arm: str = "counter_evidence") -> pd.DataFrame:
+    """The per-question costs behind Appendix J, one row per logged question (index ``qid``, log
+    order): ``substrate_cost`` (the log has a ``cost``), ``substrate_wall_s`` and
+    ``substrate_tokens`` (its ``wall_s`` and ``completion_tokens``; NaN without a cost, never
+    imputed), ``stratum``, ``probed`` (an ``arm`` probe record exists), ``probe_cost``,
+    ``probe_wall_s`` and ``probe_tokens`` (that record's, NaN without one).  Through
+    :func:`tables.scores.per_cell` (a release cell reads its logs and probe records once)."""
+    from probeguard_core.tables.scores import per_cell
+
+    def build() -> pd.DataFrame:
+        logs = cell.logs
+        pr = {r.qid: r for r in cell.probe_by_arm(arm)}
+        sub = [log.cost for log in logs]
+        prc = [pr[log.qid].cost if log.qid in pr else None for log in logs]
+        nan = math.nan
+        return pd.DataFrame({
+            "substrate_cost": np.array([c is not None for c in sub], dtype=bool),
+            "substrate_wall_s": np.array([nan if c is None else c.wall_s for c in sub], dtype=float),
+            "substrate_tokens": np.array([nan if c is None else c.completion_tokens for c in sub], dtype=float),
+            "stratum": [stratum(log) for log in logs],
+            "probed": np.array([log.qid in pr for log in logs], dtype=bool),
+            "probe_cost": np.array([c is not None for c in prc], dtype=bool),
+            "probe_wall_s": np.array([nan if c is None else c.wall_s for c in prc], dtype=float),
+            "probe_tokens": np.array([nan if c is None else c.completion_tokens for c in prc], dtype=float),
+        }, index=pd.Index([log.qid for log in logs], name="qid", dtype=object))
+
+    return per_cell(cell, "cost_frame", build, ("logs", "probe"), params={"arm": arm})
+
+
 def cost_table(cells: Iterable[CellLike], arm: str = "counter_evidence") -> pd.DataFrame:
     """Appendix J: median cost per question of the substrate and of the probe, per cell.
 
-    From the release's ``cost`` fields (DESIGN 2.1 / 2.2): medians of ``wall_s`` and
-    ``completion_tokens`` over the substrate logs, and over the ``arm`` probe records (the
-    probe fires on S1 only).  ``probe_share_wall`` = total probe wall time / (probe + substrate
-    wall time) over the probed questions (the probe's share of a unanimous question's cost);
-    ``probe_to_substrate_ratio`` = ratio of the two medians.  Long format ``backbone, dataset,
-    quantity, stratum, value, n`` (``n`` = records with a cost; records without one are counted
-    in ``n_missing``, never imputed).
+    From the release's ``cost`` fields (DESIGN 2.1 / 2.2, :func:`cost_frame`): medians of
+    ``wall_s`` and ``completion_tokens`` over the substrate logs, and over the ``arm`` probe
+    records (the probe fires on S1 only).  ``probe_share_wall`` = total probe wall time / (probe +
+    substrate wall time) over the probed questions (the probe's share of a unanimous question's
+    cost); ``probe_to_substrate_ratio`` = ratio of the two medians.  Long format ``backbone,
+    dataset, quantity, stratum, value, n`` (``n`` = records with a cost; records without one are
+    counted in ``n_missing``, never imputed).
     """
     rows: list[dict[str, Any]] = []
     for cell in cells:
-        logs = cell.logs
-        sub = {log.qid: log.cost for log in logs}
-        sub_ok = [c for c in sub.values() if c is not None]
-        recs = cell.probe_by_arm(arm)
-        pr = {r.qid: r.cost for r in recs}
-        pr_ok = [c for c in pr.values() if c is not None]
+        f = cost_frame(cell, arm)
+        sub_ok, pr_ok, probed = (f[c].to_numpy() for c in ("substrate_cost", "probe_cost", "probed"))
+        n_sub, n_sub_ok, n_pr, n_pr_ok = len(f), int(sub_ok.sum()), int(probed.sum()), int(pr_ok.sum())
         base = {"backbone": cell.backbone, "dataset": cell.dataset}
 
         def add(quantity: str, value: float, n: int, n_missing: int, stratum_: str = "") -> None:
@@ -90,20 +116,19 @@ def cost_table(cells: Iterable[CellLike], arm: str = "counter_evidence") -> pd.D
                          "n_missing": n_missing, "unit": unit})
 
         med = lambda xs: float(np.median(xs)) if len(xs) else math.nan
-        add("substrate_wall_s", med([c.wall_s for c in sub_ok]), len(sub_ok), len(sub) - len(sub_ok))
-        add("substrate_completion_tokens_median", med([c.completion_tokens for c in sub_ok]), len(sub_ok),
-            len(sub) - len(sub_ok))
-        add("probe_wall_s_median", med([c.wall_s for c in pr_ok]), len(pr_ok), len(pr) - len(pr_ok), "S1")
-        add("probe_completion_tokens_median", med([c.completion_tokens for c in pr_ok]), len(pr_ok),
-            len(pr) - len(pr_ok), "S1")
-        both = [q for q in sorted(pr) if pr[q] is not None and sub.get(q) is not None]
-        pw = sum(pr[q].wall_s for q in both)
-        sw = sum(sub[q].wall_s for q in both)
-        add("probe_share_wall", pw / (pw + sw) if (pw + sw) > 0 else math.nan, len(both), len(pr) - len(both), "S1")
-        add("probe_to_substrate_ratio", med([c.wall_s for c in pr_ok]) / med([c.wall_s for c in sub_ok])
-            if sub_ok and pr_ok else math.nan, len(pr_ok), 0, "S1")
-        n1 = sum(stratum(log) == "S1" for log in logs)
-        add("unanimous_share", n1 / len(logs) if logs else math.nan, len(logs), 0, "S1")
+        sub_wall, pr_wall = f["substrate_wall_s"].to_numpy()[sub_ok], f["probe_wall_s"].to_numpy()[pr_ok]
+        add("substrate_wall_s", med(sub_wall), n_sub_ok, n_sub - n_sub_ok)
+        add("substrate_completion_tokens_median", med(f["substrate_tokens"].to_numpy()[sub_ok]), n_sub_ok,
+            n_sub - n_sub_ok)
+        add("probe_wall_s_median", med(pr_wall), n_pr_ok, n_pr - n_pr_ok, "S1")
+        add("probe_completion_tokens_median", med(f["probe_tokens"].to_numpy()[pr_ok]), n_pr_ok, n_pr - n_pr_ok, "S1")
+        both = f[pr_ok & sub_ok].sort_index()  # summed in qid order
+        pw, sw = sum(both["probe_wall_s"].tolist()), sum(both["substrate_wall_s"].tolist())
+        add("probe_share_wall", pw / (pw + sw) if (pw + sw) > 0 else math.nan, len(both), n_pr - len(both), "S1")
+        add("probe_to_substrate_ratio", med(pr_wall) / med(sub_wall) if n_sub_ok and n_pr_ok else math.nan,
+            n_pr_ok, 0, "S1")
+        n1 = int((f["stratum"] == "S1").sum())
+        add("unanimous_share", n1 / n_sub if n_sub else math.nan, n_sub, 0, "S1")
     return pd.DataFrame(rows)
 
 
@@ -247,7 +272,7 @@ def cost_page(rel: ReleaseLike, backbone: str | None = None, arm: str = "counter
     backbone = pick_backbone(rel, backbone)
     cost = cost_table(rel.main_cells(), arm=arm)
     notes = []
-    no_cost = [c.label for c in rel.main_cells() if all(g.cost is None for g in c.logs)]
+    no_cost = [c.label for c in rel.main_cells() if not cost_frame(c, arm)["substrate_cost"].any()]
     if no_cost:
         notes.append(f"this release has no cost fields for {', '.join(no_cost)}; Appendix J needs them "
                      "(DESIGN 2.1 / 2.2 `cost`), so their rows are dashes.")

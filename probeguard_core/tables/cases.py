@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from probeguard_core.baselines import signal_table
 from probeguard_core.claims import extract_claims
 from probeguard_core.tables.protocols import CellLike, ReleaseLike
+from probeguard_core.tables.scores import cell_signals
 
 if TYPE_CHECKING:
     from probeguard_core.logs import ProbeRecord
@@ -37,7 +37,7 @@ def figure1_cases(cell: CellLike, arm: str = "counter_evidence") -> pd.DataFrame
     correct, kappa, n_kept, rse, reanswers, claim``. Raises ``ValueError`` when the release has no
     probed correct or wrong unanimous question.
     """
-    sig = signal_table(cell)
+    sig = cell_signals(cell)
     s1 = sig[(sig["stratum"] == "S1") & sig["keep_rate"].notna()].copy()
     s1["rse_f"] = s1["rse"].fillna(-np.inf)
     s1["qid_"] = s1.index.astype(str)

@@ -44,19 +44,25 @@ def certification_inputs(cells: Sequence[CellLike]) -> pd.DataFrame:
     scores, and every certificate built on them (§4.4's plain arm, Table 8, the what-if page),
     are the same whether or not an augmentation pool is loaded beside it.
     ``score_augmented`` standardizes over the union of the layers of each dataset (main plus
-    augmentation pool): the score of §4.4's augmented arm, which may extend the population."""
-    logs, probe, nli, role = [], [], [], []
-    for c in cells:
-        logs += list(c.logs)
-        probe += list(c.probe or [])
-        nli += list(c.nli or [])
-        role += [c.role] * len(c.logs)
-    df = stratum_scores(logs, probe_records=probe, nli=nli, layers=role)
-    df["score_augmented"] = pooled_layer_scores(df)
-    df["error"] = ~df["correct"].to_numpy(dtype=bool)
-    df["a1"] = [first_round_agreement(log) for log in logs]
-    df["cell"] = role
-    return df
+    augmentation pool): the score of §4.4's augmented arm, which may extend the population.
+    Through :func:`tables.scores.per_cell` (release cells compute it once per content of their files)."""
+    from probeguard_core.tables.scores import per_cell
+
+    def build() -> pd.DataFrame:
+        logs, probe, nli, role = [], [], [], []
+        for c in cells:
+            logs += list(c.logs)
+            probe += list(c.probe or [])
+            nli += list(c.nli or [])
+            role += [c.role] * len(c.logs)
+        df = stratum_scores(logs, probe_records=probe, nli=nli, layers=role)
+        df["score_augmented"] = pooled_layer_scores(df)
+        df["error"] = ~df["correct"].to_numpy(dtype=bool)
+        df["a1"] = [first_round_agreement(log) for log in logs]
+        df["cell"] = role
+        return df
+
+    return per_cell(list(cells), "certification_inputs", build, ("logs", "probe", "nli"))
 
 
 def uncertifiable(table: pd.DataFrame) -> str | None:

@@ -510,8 +510,11 @@ def plot_appendix_j(cells: Sequence[Any], arm: str, backbone: str) -> Any:
     question of the substrate and of the ``arm`` probe (read from the records' ``cost``)."""
     import matplotlib.pyplot as plt
 
-    cells = [c for c in cells if c.backbone == backbone and c.probe_by_arm(arm)
-             and any(r.cost is not None for r in c.probe_by_arm(arm)) and any(g.cost is not None for g in c.logs)]
+    from probeguard_core.tables.appendices import cost_frame
+
+    frames = {c.label: cost_frame(c, arm) for c in cells if c.backbone == backbone}
+    cells = [c for c in cells if c.label in frames and frames[c.label]["probe_cost"].any()
+             and frames[c.label]["substrate_cost"].any()]
     if not cells:
         return _placeholder(f"Appendix J ({display_label('backbone', backbone)}): this release has no cell with both "
                             f"substrate and {display_label('arm', arm)} probe costs; the figure needs them")
@@ -520,11 +523,12 @@ def plot_appendix_j(cells: Sequence[Any], arm: str, backbone: str) -> Any:
     with _rc():
         fig, axes = plt.subplots(nrow, ncol, figsize=(WIDTH, 3.0 * nrow + 0.6), squeeze=False, sharey=True)
         for ax, c in zip(axes.flat, cells):
-            probed = {r.qid: r.cost.wall_s for r in c.probe_by_arm(arm) if r.cost is not None}
-            sub = [g.cost.wall_s for g in c.logs if g.cost is not None and g.qid in probed]
-            bins = np.linspace(0, max([*sub, *probed.values()]) * 1.02, 30)
+            f = frames[c.label]
+            probed = f["probe_wall_s"].to_numpy()[f["probe_cost"].to_numpy()]
+            sub = f["substrate_wall_s"].to_numpy()[(f["probe_cost"] & f["substrate_cost"]).to_numpy()]
+            bins = np.linspace(0, max([*sub.tolist(), *probed.tolist()]) * 1.02, 30)
             ax.hist(sub, bins=bins, alpha=0.6, color="tab:gray", label="substrate")
-            ax.hist(list(probed.values()), bins=bins, alpha=0.6, color="tab:orange", label="probe")
+            ax.hist(probed, bins=bins, alpha=0.6, color="tab:orange", label="probe")
             ax.set_title(display_label("dataset", c.dataset))
             ax.set_xlabel("wall seconds per probed question")
         for ax in list(axes.flat)[len(cells):]:

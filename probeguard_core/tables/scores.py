@@ -8,6 +8,7 @@ of the paper (the discrimination tables, the unanimous layer, Table 6).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,8 @@ from probeguard_core.baselines import signal_table
 from probeguard_core.features import (
     converged,
     feature_table,
-    is_correct,
-    stratum,
 )
+from probeguard_core.probe import probe_table
 from probeguard_core.scoring import (
     process_score,
     unanimous_layer_score,
@@ -30,13 +30,70 @@ from probeguard_core.scoring import (
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
-    "cell_scores", "defined_metric", "flip_rows", "rse_keep_score", "s1_correct",
+    "DERIVED_CODE", "cell_probe_table", "cell_scores", "cell_signals", "defined_metric", "flip_rows", "per_cell",
+    "rse_keep_score", "s1_correct", "warm_cell_tables",
 ]
+
+#: The modules whose source defines the per-question tables (part of their cache key: editing any
+#: of them invalidates every stored table).
+DERIVED_CODE: tuple[str, ...] = (
+    "probeguard_core.logs", "probeguard_core.fastread", "probeguard_core.features", "probeguard_core.rse",
+    "probeguard_core.claims", "probeguard_core.baselines", "probeguard_core.probe", "probeguard_core.scoring",
+    "probeguard_core.metrics", "probeguard_core.tables.scores", "probeguard_core.tables.appendices",
+    "probeguard_core.tables.certification",
+)
+
+
+def per_cell(cell: CellLike | Sequence[CellLike], name: str, build: Any, kinds: tuple[str, ...], *,
+             params: dict[str, Any] | None = None, registry: bool = False) -> pd.DataFrame:
+    """``build()`` for ``cell`` (or for several cells together): once per content of their
+    ``kinds`` files when each is a release cell (:mod:`probeguard_core.cache`, keyed by those
+    files' sha256, each cell's role, ``params`` and :data:`DERIVED_CODE`), else (any other cell
+    object, e.g. a subset of a cell's questions) computed directly.  The frame is the same either way."""
+    from probeguard_core import cache
+
+    cells = list(cell) if isinstance(cell, (list, tuple)) else [cell]
+    if not cells or not all(_is_release_cell(c) for c in cells):
+        return build()
+    if len(cells) == 1:
+        sources = cells[0].sources(kinds, registry=registry)
+    else:
+        sources = {f"{i}:{k}": v for i, c in enumerate(cells) for k, v in c.sources(kinds, registry=registry).items()}
+    return cache.cached_frame(name, sources, build, params={**(params or {}), "roles": [c.role for c in cells]},
+                              code=DERIVED_CODE)
+
+
+def _is_release_cell(cell: CellLike) -> bool:
+    """Exactly a :class:`release.Cell`, whose tables are those of its files: not a wrapper that
+    delegates attributes to one (a subset of its questions would be served the whole cell's table)."""
+    from probeguard_core.release import Cell
+
+    return type(cell) is Cell
+
+
+#: The files behind :func:`cell_signals` (Table 2's snapshot signals, RSE and the keep rate).
+SIGNAL_KINDS: tuple[str, ...] = ("logs", "self_report", "nli", "probe")
+
+
+def cell_signals(cell: CellLike) -> pd.DataFrame:
+    """:func:`baselines.signal_table` of a cell (one row per question: the snapshot signals,
+    ``rse``, ``keep_rate``, ``correct``, ``stratum``), through :func:`per_cell`."""
+    return per_cell(cell, "signal_table", lambda: signal_table(cell), SIGNAL_KINDS)
+
+
+def cell_probe_table(cell: CellLike) -> pd.DataFrame:
+    """:func:`probe.probe_table` of all the cell's probe records (rows ``(qid, arm)``), through
+    :func:`per_cell`; an empty table when the cell has none."""
+    return per_cell(cell, "probe_table", lambda: probe_table(cell.probe or []), ("probe",))
 
 
 def s1_correct(cell: CellLike) -> dict[str, bool]:
-    """``{qid: correct}`` over the cell's unanimous layer S1 (Eq. 2 strata, :func:`features.stratum`)."""
-    return {log.qid: is_correct(log) for log in cell.logs if stratum(log) == "S1"}
+    """``{qid: correct}`` over the cell's unanimous layer S1 (Eq. 2 strata, :func:`features.stratum`;
+    correctness :func:`features.is_correct`), in log order (the ``stratum`` and ``correct``
+    columns of :func:`cell_signals`)."""
+    sig = cell_signals(cell)
+    s1 = sig[(sig["stratum"] == "S1").to_numpy()]
+    return dict(zip(s1.index.tolist(), s1["correct"].tolist()))
 
 
 def rse_keep_score(sig: pd.DataFrame) -> NDArray[np.float64]:
@@ -68,16 +125,38 @@ def cell_scores(cell: CellLike, seed: int = SEED, n_folds: int = 5) -> pd.DataFr
     ``process_score`` (out-of-fold, §3.1 / Appendix L, :func:`scoring.process_score` on
     :func:`features.feature_table`), ``rse_keep`` (``z(kappa) + z(RSE)`` over the cell's
     unanimous layer, §3.2; NaN outside it), ``correct``, ``stratum``, ``t_stop``, ``converged``.
+    Through :func:`per_cell` (a release cell computes it once per content of its files).
     """
-    logs = cell.logs
-    sig = signal_table(cell)
-    X = feature_table(logs, nli=cell.nli)
-    sig["process_score"] = process_score(X.loc[sig.index], sig["correct"].to_numpy(), n_splits=n_folds,
-                                         seed=seed).to_numpy()
-    sig["rse_keep"] = rse_keep_score(sig)
-    sig["t_stop"] = [len(log.rounds) for log in logs]
-    sig["converged"] = [converged(log) for log in logs]
-    return sig
+    def build() -> pd.DataFrame:
+        logs = cell.logs
+        sig = cell_signals(cell)
+        X = cell.features() if _is_release_cell(cell) else feature_table(logs, nli=cell.nli)  # type: ignore[attr-defined]
+        sig["process_score"] = process_score(X.loc[sig.index], sig["correct"].to_numpy(), n_splits=n_folds,
+                                             seed=seed).to_numpy()
+        sig["rse_keep"] = rse_keep_score(sig)
+        sig["t_stop"] = [len(log.rounds) for log in logs]
+        sig["converged"] = [converged(log) for log in logs]
+        return sig
+
+    return per_cell(cell, "cell_scores", build, SIGNAL_KINDS, params={"seed": seed, "n_folds": n_folds},
+                    registry=True)
+
+
+def warm_cell_tables(cell: CellLike, seed: int = SEED) -> None:
+    """Compute (and store, for a release cell) the per-question tables several pages share:
+    :func:`cell_scores` (with :func:`cell_signals` and the feature table), :func:`cell_probe_table`,
+    Appendix J's cost frame and the cell's certification inputs (§3.3).  The book's build runs it once per main cell before the pages."""
+    from probeguard_core.tables.appendices import cost_frame
+
+    from probeguard_core.tables.certification import certification_inputs
+
+    cell_scores(cell, seed=seed)
+    cell_probe_table(cell)
+    cost_frame(cell)
+    certification_inputs([cell])
+    rel = getattr(cell, "release", None)
+    if rel is not None and rel.has_cell(cell.dataset, cell.backbone, role="augment"):  # §4.4's augmented arm
+        certification_inputs([cell, rel.cell(cell.dataset, cell.backbone, role="augment")])
 
 
 def defined_metric(fn: Any, scores: pd.Series, correct: pd.Series) -> tuple[float, int]:

@@ -15,15 +15,13 @@ import pandas as pd
 
 from probeguard_core import SEED
 from probeguard_core import metrics as M
-from probeguard_core.baselines import signal_table
-from probeguard_core.probe import probe_table
 from probeguard_core.rse import hard_se_score, hard_semantic_entropy, rationale_semantic_entropy
 from probeguard_core.scoring import (
     zscore,
 )
 from probeguard_core.tables.display import empty_table
 from probeguard_core.tables.protocols import CellLike, ReleaseLike
-from probeguard_core.tables.scores import flip_rows, rse_keep_score, s1_correct
+from probeguard_core.tables.scores import cell_probe_table, cell_signals, flip_rows, rse_keep_score, s1_correct
 from probeguard_core.tables.signals import layer_discrimination
 
 __all__ = [
@@ -47,12 +45,12 @@ CONTROL_ARMS: tuple[str, ...] = ("instruction_only", "irrelevant_docs", "neutral
 def layer_scores(cell: CellLike) -> pd.DataFrame:
     """Per-question signals of one cell with the §4.3 combinations (one row per question).
 
-    :func:`baselines.signal_table` plus ``rse_keep`` = z(kappa) + z(RSE) (§3.2,
+    :func:`baselines.signal_table` (:func:`tables.scores.cell_signals`) plus ``rse_keep`` = z(kappa) + z(RSE) (§3.2,
     :func:`scoring.unanimous_layer_score`) and ``rse_keep_logprob`` = that + z(sequence
     log-prob) (§4.3, "adding it to the keep-and-entropy pair"), both standardized over the
     cell's unanimous layer S1 (label-free) and NaN outside it.
     """
-    sig = signal_table(cell)
+    sig = cell_signals(cell)
     s1 = (sig["stratum"] == "S1").to_numpy()
     rk = rse_keep_score(sig)
     rkl = np.full(len(sig), np.nan)
@@ -103,10 +101,10 @@ def flip_rates(cells: Iterable[CellLike], arm: str = "counter_evidence", level: 
     """
     rows: list[dict[str, Any]] = []
     for cell in cells:
-        recs = cell.probe_by_arm(arm)
-        if not recs:
+        pt = cell_probe_table(cell)
+        if arm not in set(pt.index.get_level_values("arm")):
             continue
-        pt = probe_table(recs).xs(arm, level="arm")
+        pt = pt.xs(arm, level="arm")
         correct = s1_correct(cell)
         pt = pt[pt.index.isin(list(correct))]
         ok = np.array([correct[q] for q in pt.index], dtype=bool)
@@ -143,9 +141,9 @@ def probe_arm_table(cell: CellLike, probe_arm: str = "counter_evidence", control
     (row ``arm`` = the control arm).  Replicates with no wrong or no correct question are
     omitted (counted in ``n_boot_omitted``).
     """
-    if not cell.probe:
+    pt = cell_probe_table(cell)
+    if pt.empty:
         raise ValueError(f"{cell.label}: the release has no probe records for Table 6")
-    pt = probe_table(cell.probe)
     correct = s1_correct(cell)
     arms = [a for a in (probe_arm, *controls) if a in set(pt.index.get_level_values("arm"))]
     if probe_arm not in arms:
