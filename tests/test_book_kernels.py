@@ -48,7 +48,8 @@ wide = pd.DataFrame([range(30)], columns=[f"column_{i}" for i in range(30)])
 print(json.dumps({"max_columns": pd.get_option("display.max_columns"), "tqdm": tqdm.__module__, "backend": backend,
                   "post_execute": hooks, "wide_repr": repr(wide), "tag": tag, "pid": os.getpid(), "ppid": os.getppid(), "seen_before": seen_before,
                   "random": random.random(), "cwd": os.getcwd(), "argv0": os.path.basename(sys.argv[0]),
-                  "env": os.environ.get("PROBEGUARD_KERNEL_TEST", ""), "pgid_is_pid": os.getpgid(0) == os.getpid()}))
+                  "env": os.environ.get("PROBEGUARD_KERNEL_TEST", ""), "pgid_is_pid": os.getpgid(0) == os.getpid(),
+                  "current_test": os.environ.get("PYTEST_CURRENT_TEST")}))
 ```
 """
 
@@ -129,6 +130,20 @@ def test_another_environment_gets_another_zygote(tmp_path, fresh_zygote, monkeyp
     _, b = _run(tmp_path, "b")
     assert b["env"] == "changed"  # an import-time setting can never be stale
     assert a["ppid"] != b["ppid"] == kernels._current.proc.pid
+
+
+def test_the_current_test_name_does_not_replace_the_zygote(tmp_path, fresh_zygote, monkeypatch):
+    """pytest renames the current test in PYTEST_CURRENT_TEST for every test: one zygote serves
+    them all, and each kernel still sees the exact value; unsetting it is a different environment."""
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::one (call)")
+    _, a = _run(tmp_path, "a")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::two (call)")
+    _, b = _run(tmp_path, "b")
+    assert (a["current_test"], b["current_test"]) == ("tests/x.py::one (call)", "tests/x.py::two (call)")
+    assert a["ppid"] == b["ppid"] == kernels._current.proc.pid
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    _, c = _run(tmp_path, "c")
+    assert c["current_test"] is None and c["ppid"] != b["ppid"]
 
 
 def test_closing_the_zygote_ends_it(tmp_path, fresh_zygote):

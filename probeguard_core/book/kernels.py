@@ -24,8 +24,8 @@ A kernel is forked only when it is safe and faithful; otherwise it starts the us
 
 * the kernel command is ``<python> [flags] -m ipykernel_launcher ...`` (the spec's ``argv``),
 * the working folder and the environment are those the zygote was started with (apart from
-  the variables jupyter_client sets per kernel, :data:`PER_KERNEL_ENV`); a different one
-  replaces the zygote,
+  the variables jupyter_client sets per kernel, :data:`PER_KERNEL_ENV`, and the value of
+  pytest's current-test name, :data:`PRESENCE_ONLY_ENV`); a different one replaces the zygote,
 * the zygote runs a single thread after its imports (a fork copies only the calling thread),
 * ``os.pidfd_open`` exists (Linux >= 5.3), to watch a process that is not our child.
 
@@ -55,7 +55,7 @@ from jupyter_client.channels import AsyncZMQSocketChannel
 from traitlets import Type, default
 
 __all__ = [
-    "PER_KERNEL_ENV", "POLL_SLICE_S", "PRELOAD", "ForkedKernel", "SlicedPollChannel", "SlicedPollClient", "Zygote",
+    "PER_KERNEL_ENV", "POLL_SLICE_S", "PRELOAD", "PRESENCE_ONLY_ENV", "ForkedKernel", "SlicedPollChannel", "SlicedPollClient", "Zygote",
     "enabled", "manager_class", "zygote_for",
 ]
 
@@ -83,6 +83,11 @@ PRELOAD: tuple[str, ...] = (
 #: Environment variables jupyter_client sets for each kernel; the rest must match the zygote's.
 PER_KERNEL_ENV: frozenset[str] = frozenset({"JPY_PARENT_PID", "JPY_SESSION_NAME", "JPY_INTERRUPT_EVENT",
                                             "IPY_INTERRUPT_EVENT"})
+#: Variables whose *value* changes under a running program with no bearing on imports (pytest
+#: names the current test in ``PYTEST_CURRENT_TEST``): only whether they are set must match the
+#: zygote's.  The child still gets the exact value.  Without this, every test that runs a
+#: notebook replaced the zygote (about 4 s per test).
+PRESENCE_ONLY_ENV: frozenset[str] = frozenset({"PYTEST_CURRENT_TEST"})
 
 _LAUNCHER = "ipykernel_launcher"
 
@@ -104,7 +109,9 @@ def _split_cmd(cmd: list[str]) -> tuple[list[str], list[str]] | None:
 
 
 def _stable_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in PER_KERNEL_ENV}
+    """What of a kernel's environment the zygote must share (:data:`PER_KERNEL_ENV` left out,
+    :data:`PRESENCE_ONLY_ENV` reduced to being set)."""
+    return {k: ("<set>" if k in PRESENCE_ONLY_ENV else v) for k, v in env.items() if k not in PER_KERNEL_ENV}
 
 
 # --------------------------------------------------------------------------- the worker side
