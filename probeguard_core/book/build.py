@@ -395,9 +395,8 @@ def run_notebooks(
 
 
 def _warm_tasks(rel_path: Path, entries: Sequence[NotebookEntry], params: dict[str, Any]) -> list[tuple[str, str, str, int]]:
-    """``(release, dataset, backbone, seed)`` per main cell (of ``params["datasets"]`` and
-    ``params["backbones"]`` when given) when two or more of ``entries`` read the shared
-    per-question tables (registry ``cell_tables``) and the artifact cache is on; else none.
+    """``(release, dataset, backbone, seed)`` per main cell when two or more of ``entries`` read the
+    shared per-question tables (registry ``cell_tables``) and the artifact cache is on; else none.
 
     Those pages run at the same time in a parallel build; computing the tables first, one task
     per cell on the same pool, means each cell's records are read once instead of once per page
@@ -409,11 +408,7 @@ def _warm_tasks(rel_path: Path, entries: Sequence[NotebookEntry], params: dict[s
         return []
     rel = load_release(rel_path, verify=False)  # only the cell list; the tables are keyed by the files' own sha256
     seed = int(params.get("seed", SEED))
-    # parameters that narrow every page to some benchmarks / backbones narrow the warming too (a
-    # page that needs another cell computes its tables itself: slower, never different)
-    keep = {k: set(v) for k in ("datasets", "backbones") if isinstance(v := params.get(k), (list, tuple))}
-    return [(str(rel_path), c.dataset, c.backbone, seed) for c in rel.main_cells()
-            if c.dataset in keep.get("datasets", {c.dataset}) and c.backbone in keep.get("backbones", {c.backbone})]
+    return [(str(rel_path), c.dataset, c.backbone, seed) for c in rel.main_cells()]
 
 
 def _warm_worker(task: tuple[str, str, str, int]) -> tuple[str, float, str | None]:
