@@ -124,26 +124,19 @@ def test_a_dead_forked_kernel_is_seen_dead_and_retried(tmp_path, fresh_zygote, c
     assert r.ok and ok["ppid"] == kernels._current.proc.pid
 
 
-def test_another_environment_gets_another_zygote(tmp_path, fresh_zygote, monkeypatch):
-    _, a = _run(tmp_path, "a")
-    monkeypatch.setenv("PROBEGUARD_KERNEL_TEST", "changed")
-    _, b = _run(tmp_path, "b")
-    assert b["env"] == "changed"  # an import-time setting can never be stale
-    assert a["ppid"] != b["ppid"] == kernels._current.proc.pid
-
-
-def test_the_current_test_name_does_not_replace_the_zygote(tmp_path, fresh_zygote, monkeypatch):
-    """pytest renames the current test in PYTEST_CURRENT_TEST for every test: one zygote serves
-    them all, and each kernel still sees the exact value; unsetting it is a different environment."""
+def test_another_environment_gets_another_zygote_but_not_another_test_name(tmp_path, fresh_zygote, monkeypatch):
+    """A changed variable gets a new zygote (an import-time setting is never stale); pytest's
+    PYTEST_CURRENT_TEST, renamed for every test, does not, and each kernel sees its exact value."""
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::one (call)")
     _, a = _run(tmp_path, "a")
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::two (call)")
     _, b = _run(tmp_path, "b")
     assert (a["current_test"], b["current_test"]) == ("tests/x.py::one (call)", "tests/x.py::two (call)")
-    assert a["ppid"] == b["ppid"] == kernels._current.proc.pid
-    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    assert a["ppid"] == b["ppid"]
+    monkeypatch.setenv("PROBEGUARD_KERNEL_TEST", "changed")
     _, c = _run(tmp_path, "c")
-    assert c["current_test"] is None and c["ppid"] != b["ppid"]
+    assert c["env"] == "changed"
+    assert b["ppid"] != c["ppid"] == kernels._current.proc.pid
 
 
 def test_closing_the_zygote_ends_it(tmp_path, fresh_zygote):
