@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -463,30 +464,66 @@ class _ContestedPanel:
                 _, docs, u_found, u = _round_draws(rng, pool, rank_p, D, N)
                 rounds.append((sum(1 for x in docs if x not in seen), len(docs), u_found, u))
                 seen.update(docs)
-            self.questions.append((rounds, {(): (v1, self.max_rounds <= 1)}))
+            self.questions.append((rounds, {(): self._node(v1, 0)}))
+
+    def _node(self, votes: np.ndarray, depth: int) -> tuple[np.ndarray, bool, bool]:
+        """A memo entry: the votes after ``depth`` contested rounds, whether the question stops
+        there, and whether its final answer is then gold (index 0)."""
+        done = _unanimous(votes) or depth + 1 >= self.max_rounds
+        return votes, done, done and final_index(votes, self.k) == 0
 
     def rates(self, eta: float) -> tuple[float, float]:
         """P(not unanimous) and P(not unanimous and final correct) at evidence strength ``eta``."""
         right = 0
         for rounds, memo in self.questions:
             path: tuple[bool, ...] = ()
-            votes, done = memo[path]
+            votes, done, correct = memo[path]
             while not done:
                 new, nd, u_found, u = rounds[len(path)]
                 found = self.dyn.found(eta, u_found, new, nd)
                 path = path + (found,)
                 if path not in memo:
-                    nxt = self.dyn.next_votes(votes, found, u)
-                    memo[path] = (nxt, _unanimous(nxt) or len(path) + 1 >= self.max_rounds)
-                votes, done = memo[path]
-            right += final_index(votes, self.k) == 0
+                    memo[path] = self._node(self.dyn.next_votes(votes, found, u), len(path))
+                votes, done, correct = memo[path]
+            right += correct
         return len(self.questions) / self.n, right / self.n
 
 
 def _contested_accuracy(state: str, eta: float, k: int, bb: dict[str, Any], mech: dict[str, Any], panel: dict[str, Any],
                         n: int) -> tuple[float, float]:
     """P(not unanimous) and P(not unanimous and final correct) for one state (common random numbers per eta)."""
-    return _ContestedPanel(state, k, bb, mech, panel, n).rates(eta)
+    return _panels(k, n, _Inputs((bb, mech, panel)))[state].rates(eta)
+
+
+class _Inputs:
+    """Parameter sections as an ``lru_cache`` key: equal when their canonical JSON texts are."""
+
+    def __init__(self, sections: tuple[dict[str, Any], ...]):
+        self.sections = sections
+        self.key = json.dumps(sections, sort_keys=True)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Inputs) and other.key == self.key
+
+
+@functools.lru_cache(maxsize=16)
+def _panels(k: int, n: int, inputs: _Inputs) -> dict[str, _ContestedPanel]:
+    """Every state's contested panel for (backbone, mechanism, panel) sections ``inputs``.
+
+    The panels do not depend on the cell's rates, so the calibrations of one process that differ
+    only there (the what-if error rates, the drift levels) share them, memo trees included."""
+    bb, mech, panel = inputs.sections
+    return {s: _ContestedPanel(s, k, bb, mech, panel, n) for s in STATES}
+
+
+@functools.lru_cache(maxsize=16)
+def _round1_table(k: int, p_null: float, n_cand: int, inputs: _Inputs) -> dict[str, tuple[float, float]]:
+    """:func:`_round1_rates` of every state for backbone section ``inputs`` (shared like :func:`_panels`)."""
+    (bb,) = inputs.sections
+    return {s: _round1_rates(s, k, bb, p_null, n_cand) for s in STATES}
 
 
 @functools.lru_cache(maxsize=32)
@@ -500,13 +537,13 @@ def _calibrate_cached(cell: str, params_text: str) -> Calibration:
     k = int(v(params["datasets"][dataset]["n_options"]))
     N, pn = int(v(panel["n_candidates"])), float(v(panel["parse_failure_rate"]))
     U, e, acc = float(v(cp["first_round_unanimity"])), float(v(cp["unanimous_error"])), float(v(cp["overall_accuracy"]))
-    rates = {s: _round1_rates(s, k, bb, pn, N) for s in STATES}
+    rates = dict(_round1_table(k, pn, N, _Inputs((bb,))))
     pi = solve_mixture(U, e, rates, f"cell {base}")
     # evidence strength eta: bisection so that overall accuracy matches (accuracy is monotone in eta)
     target_contested_right = acc - U * (1 - e)
     n_dyn = 240
 
-    panels = {s: _ContestedPanel(s, k, bb, mech, panel, n_dyn) for s in STATES if pi[s] > 0}
+    panels = {s: p for s, p in _panels(k, n_dyn, _Inputs((bb, mech, panel))).items() if pi[s] > 0}
 
     def contested_right(eta: float) -> float:
         return sum(pi[s] * panels[s].rates(eta)[1] for s in panels)
