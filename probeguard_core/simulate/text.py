@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from probeguard_core.simulate.draws import U32Run, n_sample_draws
+
 #: Appendix C's conclusion cues (case-insensitive substrings).
 CUES = ("answer", "option", "choice", "correct", "therefore", "thus", "hence", "most likely", "best")
 
@@ -166,11 +168,13 @@ def terms(specialty: str | None) -> dict[str, list[str]]:
 def question_text(rng: np.random.Generator, specialty: str | None, dataset: str) -> tuple[str, list[str]]:
     """A short vignette and the findings it mentions."""
     t = terms(specialty)
-    f = list(rng.choice(t["finding"], size=2, replace=False))
-    age = int(rng.integers(18, 80)) if specialty != "Pediatrics" else int(rng.integers(1, 14))
-    sex = ("man", "woman")[int(rng.integers(2))] if specialty != "Pediatrics" else ("boy", "girl")[int(rng.integers(2))]
+    run = U32Run(rng, n_sample_draws(len(t["finding"]), 2) + 3)  # two findings, age, sex, closing question
+    f = [t["finding"][i] for i in run.sample(len(t["finding"]), 2)]
+    age = 18 + run.below(62) if specialty != "Pediatrics" else 1 + run.below(13)
+    sex = ("man", "woman")[run.below(2)] if specialty != "Pediatrics" else ("boy", "girl")[run.below(2)]
     tail = ("Which of the following is the most likely diagnosis?", "Which of the following is the most likely underlying cause?",
-            "Which of the following best explains these findings?")[int(rng.integers(3))]
+            "Which of the following best explains these findings?")[run.below(3)]
+    run.close()
     return f"A {age}-year-old {sex} presents with {f[0]} and {f[1]}. {tail}", f + [str(age)]
 
 
@@ -178,7 +182,10 @@ def option_texts(rng: np.random.Generator, specialty: str | None, n_options: int
     pool = terms(specialty)["dx"]
     if len(pool) < n_options:
         pool = GENERIC_TERMS["dx"]
-    return [str(x) for x in rng.choice(pool, size=n_options, replace=False)]
+    run = U32Run(rng, n_sample_draws(len(pool), n_options))
+    out = [pool[i] for i in run.sample(len(pool), n_options)]
+    run.close()
+    return out
 
 
 def rationale(
@@ -199,18 +206,23 @@ def rationale(
     """
     n_sentences = int(min(6, max(2, n_sentences)))
     n_conclude = 2 if (n_sentences >= 4 and rng.random() < 0.4) else 1
-    body = []
-    for k in rng.choice(len(_REASONING), size=n_sentences - n_conclude, replace=False):
-        body.append(_REASONING[int(k)].format(
-            age=findings[-1], finding=findings[int(rng.integers(len(findings) - 1))],
-            system=_SYSTEMS[int(rng.integers(len(_SYSTEMS)))],
-            dx1=distractors[0], dx2=distractors[-1]))
+    n_body = n_sentences - n_conclude
+    n_find = len(findings) - 1  # findings end with the age
     templates = _CONCLUDE_KNOWLEDGE if knowledge else _CONCLUDE_OTHER
-    concl = templates[int(rng.integers(len(templates)))].format(X=letter, dx=dx, mech=mechanism_phrase(mech, int(rng.integers(3))))
+    # every draw from here on is a bounded integer: one run (reasoning sentences, then per sentence
+    # a finding and a system, then the concluding template, its mechanism phrase, the final line)
+    run = U32Run(rng, n_sample_draws(len(_REASONING), n_body) + n_body * ((n_find > 1) + 1) + 2 + (n_conclude == 2))
+    body = []
+    for k in run.sample(len(_REASONING), n_body):
+        body.append(_REASONING[k].format(
+            age=findings[-1], finding=findings[run.below(n_find)], system=_SYSTEMS[run.below(len(_SYSTEMS))],
+            dx1=distractors[0], dx2=distractors[-1]))
+    concl = templates[run.below(len(templates))].format(X=letter, dx=dx, mech=mechanism_phrase(mech, run.below(3)))
     concl = concl[0].upper() + concl[1:]
     body.append(concl)
     if n_conclude == 2:
-        body.append(_FINAL_LINE[int(rng.integers(len(_FINAL_LINE)))].format(X=letter))
+        body.append(_FINAL_LINE[run.below(len(_FINAL_LINE))].format(X=letter))
+    run.close()
     return " ".join(body) + f" <answer>{letter}</answer>"
 
 
