@@ -1,62 +1,67 @@
-"""Runs of bounded integer draws, value for value those of ``numpy.random.Generator``, in one call.
+"""Scalar draws of a ``numpy.random.Generator`` without its per-call overhead, value for value.
 
-The simulator writes each rationale from a dozen small draws (``integers(k)`` and a
-``choice(n, size, replace=False)``), about 300 per question; at ~3 µs of call overhead each
-(~17 µs for ``choice``), the calls cost more than the text.  A Generator draws a bounded integer
-below ``2**32`` from the bit generator's 32-bit stream (``next_uint32``, which PCG64 buffers in its
-state: two per 64-bit output) by Lemire's multiply-and-reject method, and ``choice(n, size,
-replace=False)`` (``n <= 10000``) by Floyd's algorithm then a Fisher-Yates shuffle of the picks,
-each step one such bounded draw.  :class:`U32Run` fetches a run of that 32-bit stream with one
-``integers(0, 2**32, dtype=uint32)`` call and applies the same arithmetic in Python, so a run gives
-the values the scalar calls give and leaves the generator in the same state (tested against
-numpy for many bounds and seeds, interleaved with float draws, ``tests/test_simulate_draws.py``).
+The simulator writes each question from a few hundred scalar draws (``integers(k)``, ``random()``,
+``choice(n, size, replace=False)``); numpy spends ~2-3 µs per ``integers`` call and ~11 µs per
+``choice`` on argument handling, more than the text costs.  :class:`Draws` takes the same values
+from the generator's own bit stream through the bit generator's documented ctypes interface
+(``BitGenerator.ctypes``: ``next_uint32``, ``next_double``, ~0.3 µs a call) and applies the
+arithmetic numpy applies:
 
-A run must not be interleaved with other draws from the same generator: fetch it, take exactly
-the planned draws, then :meth:`U32Run.close` checks that nothing fetched is left over.
+* ``integers(high)`` below ``2**32``: Lemire's multiply-and-reject on ``next_uint32`` (numpy's
+  ``buffered_bounded_lemire_uint32``; PCG64 keeps the unused half of a 64-bit output in its state,
+  so 32-bit and 64-bit draws interleave exactly as numpy's do);
+* ``random()``: ``next_double``;
+* ``choice(n, size, replace=False)`` (``n <= 10000``): Floyd's algorithm, then numpy's shuffle of
+  the picks, each step one bounded draw.
+
+:func:`weighted_sample` is ``choice(len(p), size, replace=False, p=p)`` (~110 µs a call): numpy's
+own rounds of uniforms against the renormalized cumulative weights, without its validation and
+its ``np.unique`` per round.
+
+Every draw goes straight to the generator, so a :class:`Draws` and the Generator it wraps can be
+used in any interleaving.  Tested value for value, and state for state, against numpy
+(``tests/test_simulate_draws.py``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["U32Run", "n_sample_draws"]
+__all__ = ["Draws", "draws_of", "weighted_sample"]
 
 _M32 = 0xFFFFFFFF
 
 
-def n_sample_draws(n: int, size: int) -> int:
-    """Bounded draws of :meth:`U32Run.sample` (``size`` Floyd picks, ``size - 1`` shuffle swaps),
-    not counting picks with one possible value (numpy takes no draw for them)."""
-    return sum(1 for j in range(n - size, n) if j > 0) + max(size - 1, 0)
+class Draws:
+    """Bounded integers, uniforms and small samples without replacement from ``rng``'s own stream."""
 
+    __slots__ = ("_bg", "_next32", "_next_double", "_state")
 
-class U32Run:
-    """A planned run of ``n`` bounded draws from ``rng``'s 32-bit stream (see the module docstring)."""
-
-    __slots__ = ("_rng", "_buf", "_i")
-
-    def __init__(self, rng: np.random.Generator, n: int):
-        self._rng = rng
-        self._buf: list[int] = rng.integers(0, 1 << 32, size=n, dtype=np.uint32).tolist() if n > 0 else []
-        self._i = 0
-
-    def _next(self) -> int:
-        if self._i < len(self._buf):
-            self._i += 1
-            return self._buf[self._i - 1]
-        # a rejection (probability < high / 2**32) needs one value beyond the plan: the next of the stream
-        return int(self._rng.integers(0, 1 << 32, dtype=np.uint32))
+    def __init__(self, rng: np.random.Generator):
+        self._bg = rng.bit_generator  # keeps the state that ``_state`` points to alive
+        c: Any = self._bg.ctypes
+        self._next32, self._next_double, self._state = c.next_uint32, c.next_double, c.state
 
     def below(self, high: int) -> int:
-        """``int(rng.integers(high))`` for ``1 <= high < 2**32`` (Lemire's method, as numpy draws it)."""
+        """``int(rng.integers(high))`` for ``1 <= high < 2**32``."""
         if high == 1:
             return 0  # numpy returns the only value without drawing
-        m = self._next() * high
+        m = self._next32(self._state) * high
         if (m & _M32) < high:
             threshold = ((1 << 32) - high) % high
             while (m & _M32) < threshold:
-                m = self._next() * high
+                m = self._next32(self._state) * high
         return m >> 32
+
+    def between(self, low: int, high: int) -> int:
+        """``int(rng.integers(low, high))`` for ``high - low < 2**32``."""
+        return low + self.below(high - low)
+
+    def uniform(self) -> float:
+        """``rng.random()``."""
+        return float(self._next_double(self._state))
 
     def sample(self, n: int, size: int) -> list[int]:
         """``rng.choice(n, size=size, replace=False).tolist()`` for ``size <= n <= 10000``."""
@@ -72,7 +77,28 @@ class U32Run:
             out[i], out[k] = out[k], out[i]
         return out
 
-    def close(self) -> None:
-        """Check that the run took every value it fetched (a plan that overshot would shift the stream)."""
-        if self._i != len(self._buf):
-            raise RuntimeError(f"U32Run: {len(self._buf) - self._i} of {len(self._buf)} fetched draws unused")
+
+def draws_of(rng: np.random.Generator | Draws) -> Draws:
+    """``rng`` itself when it is a :class:`Draws`, else a :class:`Draws` of that Generator."""
+    return rng if isinstance(rng, Draws) else Draws(rng)
+
+
+def weighted_sample(rng: np.random.Generator, p: np.ndarray, size: int) -> list[int]:
+    """``rng.choice(len(p), size=size, replace=False, p=p).tolist()`` for float64 weights ``p``
+    summing to 1 with at least ``size`` positive entries (as numpy draws it: per round one uniform
+    per missing pick against the cumulative weights with the picks zeroed, the new values kept in
+    order of first occurrence)."""
+    p = p.copy()
+    found: list[int] = []
+    seen: set[int] = set()
+    while len(found) < size:
+        x = rng.random(size - len(found))
+        if found:
+            p[found] = 0
+        cdf = np.cumsum(p)
+        cdf /= cdf[-1]
+        for val in cdf.searchsorted(x, side="right").tolist():
+            if val not in seen:
+                seen.add(val)
+                found.append(val)
+    return found

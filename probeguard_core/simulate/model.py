@@ -44,6 +44,7 @@ import yaml
 
 from probeguard_core import SEED
 from probeguard_core.simulate import text as TX
+from probeguard_core.simulate.draws import Draws, weighted_sample
 
 STATES = ("knowledge", "misconception", "uncertain")
 ARMS = ("counter_evidence", "instruction_only", "irrelevant_docs", "neutral_instruction")
@@ -145,13 +146,18 @@ class Question:
     reason_pool: list[tuple[int, int]]  # misconception reasons; [0] is the shared quick prior
     uncertain_pool: list[tuple[int, int]]
 
-    @property
+    @functools.cached_property
     def keys(self) -> list[str]:
         return list(self.options)
 
-    @property
+    @functools.cached_property
     def registry(self) -> list[tuple[int, int]]:
         return [self.gold_mech, *self.side_mechs, *self.reason_pool, *self.uncertain_pool]
+
+    @functools.cached_property
+    def distractors_of(self) -> dict[str, list[str]]:
+        """Per letter, the first two other options' texts (a rationale's differential)."""
+        return {x: [self.options[y] for y in self.options if y != x][:2] for x in self.options}
 
 
 def _specialty_table(params: dict[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -175,6 +181,7 @@ def _distinct_mechs(rng: np.random.Generator, k: int) -> list[tuple[int, int]]:
 def make_question(dataset: str, index: int, params: dict[str, Any], *, labelled: bool, pool: str = "") -> Question:
     """Question ``index`` of ``dataset`` (``pool`` separates the augmentation pool's bank)."""
     rng = rng_for("question", dataset + pool, index)
+    dr = Draws(rng)
     n_opt = int(v(params["datasets"][dataset]["n_options"]))
     keys = [chr(ord("A") + i) for i in range(n_opt)]
     specialty = None
@@ -184,14 +191,14 @@ def make_question(dataset: str, index: int, params: dict[str, Any], *, labelled:
         specialty = names[int(rng.choice(len(names), p=freq))]
         spec_for_text = specialty
     else:
-        spec_for_text = list(TX.ALL_TERMS)[int(rng.integers(len(TX.ALL_TERMS)))]
-    stem, findings = TX.question_text(rng, spec_for_text, dataset)
-    opts = TX.option_texts(rng, spec_for_text, n_opt)
-    gold_i = int(rng.integers(n_opt))
-    dis_i = int((gold_i + 1 + rng.integers(n_opt - 1)) % n_opt)
+        spec_for_text = list(TX.ALL_TERMS)[dr.below(len(TX.ALL_TERMS))]
+    stem, findings = TX.question_text(dr, spec_for_text, dataset)
+    opts = TX.option_texts(dr, spec_for_text, n_opt)
+    gold_i = dr.below(n_opt)
+    dis_i = (gold_i + 1 + dr.below(n_opt - 1)) % n_opt
     mechs = _distinct_mechs(rng, 3 + 8 + 4)
-    n_reason = int(rng.integers(v(params["mechanism"]["misconception_reason_pool"])[0], v(params["mechanism"]["misconception_reason_pool"])[1] + 1))
-    n_unc = int(rng.integers(v(params["mechanism"]["uncertain_reason_pool"])[0], v(params["mechanism"]["uncertain_reason_pool"])[1] + 1))
+    n_reason = dr.between(v(params["mechanism"]["misconception_reason_pool"])[0], v(params["mechanism"]["misconception_reason_pool"])[1] + 1)
+    n_unc = dr.between(v(params["mechanism"]["uncertain_reason_pool"])[0], v(params["mechanism"]["uncertain_reason_pool"])[1] + 1)
     qid = f"{dataset}{pool}-{index:05d}"
     return Question(
         qid=qid, index=index, question=stem, options=dict(zip(keys, opts)), gold=keys[gold_i],
@@ -317,7 +324,7 @@ class _Dynamics:
 def _doc_pool(rng: np.random.Generator, state: str, mech: dict[str, Any]) -> tuple[int, np.ndarray]:
     """The question's relevant pool size and its rank-biased draw weights (top documents recur: saturation)."""
     lo, hi = v(mech["doc_pool_size"])[state]
-    pool = int(rng.integers(lo, hi + 1))
+    pool = Draws(rng).between(lo, hi + 1)
     wts = 1.0 / (1.0 + np.arange(pool)) ** 0.7
     return pool, wts / wts.sum()
 
@@ -326,9 +333,9 @@ def _round_draws(rng: np.random.Generator, pool: int, rank_p: np.ndarray, docs_p
                  n_cand: int) -> tuple[int, list[int], float, np.ndarray]:
     """One contested round's random draws, in stream order: the number of queries, the retrieved
     documents, the evidence uniform and the ``3 * n_cand`` vote uniforms (none depends on the votes)."""
-    nq = int(rng.integers(1, 5))
+    nq = Draws(rng).between(1, 5)
     nd = min(docs_per_round, 2 * nq, pool)
-    docs = [int(x) for x in rng.choice(pool, size=nd, replace=False, p=rank_p)]
+    docs = weighted_sample(rng, rank_p, nd)  # rng.choice(pool, nd, replace=False, p=rank_p)
     u = rng.random(1 + 3 * n_cand)
     return nq, docs, float(u[0]), u[1:]
 
@@ -688,28 +695,42 @@ def _state_for(rng: np.random.Generator, q: Question, cal: Calibration, params: 
     return STATES[int(_sample_cat(rng, p, 1)[0])]
 
 
-def _candidate(rng: np.random.Generator, q: Question, *, letter: str | None, state: str, knowledge_backed: bool,
-               c_mech: float, prior_rate: float, d: float, t: int, bb: dict[str, Any], mech: dict[str, Any],
-               on_attractor: bool) -> dict[str, Any]:
-    sd = float(v(mech["reanswer_token_sd"]))
-    n_tok = float(v(bb["tokens_median"])) * (1 + float(v(bb["tokens_per_difficulty"])) * d) * (1 + float(v(bb["tokens_per_round"])) * (t - 1))
-    n_tok = max(16, int(round(n_tok * math.exp(sd * rng.standard_normal()))))
-    nll = float(v(bb["nll_per_token"])) * (float(v(bb["nll_uncertain_factor"])) if (state == "uncertain" or not on_attractor) else 1.0)
-    nll *= math.exp(0.15 * rng.standard_normal())
-    ent = nll * 1.25 * math.exp(0.1 * rng.standard_normal())
+@dataclass(frozen=True)
+class _Writing:
+    """The backbone's completion-length and likelihood constants of step 5 (read once per question)."""
+
+    tokens_median: float
+    per_difficulty: float
+    per_round: float
+    token_sd: float
+    nll: float
+    nll_uncertain: float
+
+    @classmethod
+    def of(cls, bb: dict[str, Any], mech: dict[str, Any]) -> _Writing:
+        return cls(float(v(bb["tokens_median"])), float(v(bb["tokens_per_difficulty"])), float(v(bb["tokens_per_round"])),
+                   float(v(mech["reanswer_token_sd"])), float(v(bb["nll_per_token"])), float(v(bb["nll_uncertain_factor"])))
+
+
+def _candidate(rng: np.random.Generator, dr: Draws, q: Question, *, letter: str | None, state: str, knowledge_backed: bool,
+               c_mech: float, prior_rate: float, d: float, t: int, wr: _Writing, on_attractor: bool) -> dict[str, Any]:
+    z_tok, z_nll, z_ent = rng.standard_normal(3).tolist()  # the same three draws as three scalar calls
+    n_tok = wr.tokens_median * (1 + wr.per_difficulty * d) * (1 + wr.per_round * (t - 1))
+    n_tok = max(16, int(round(n_tok * math.exp(wr.token_sd * z_tok))))
+    nll = wr.nll * (wr.nll_uncertain if (state == "uncertain" or not on_attractor) else 1.0)
+    nll *= math.exp(0.15 * z_nll)
+    ent = nll * 1.25 * math.exp(0.1 * z_ent)
     if letter is None:
         rat = "The findings are conflicting and I cannot commit to a single letter here."
     else:
-        dx = q.options[letter]
         if knowledge_backed:
-            m = q.gold_mech if rng.random() < c_mech else q.side_mechs[int(rng.integers(len(q.side_mechs)))]
+            m = q.gold_mech if dr.uniform() < c_mech else q.side_mechs[dr.below(len(q.side_mechs))]
         elif state == "misconception" and letter == q.distractor:
-            m = q.reason_pool[0] if rng.random() < prior_rate else q.reason_pool[int(rng.integers(len(q.reason_pool)))]
+            m = q.reason_pool[0] if dr.uniform() < prior_rate else q.reason_pool[dr.below(len(q.reason_pool))]
         else:
-            m = q.uncertain_pool[int(rng.integers(len(q.uncertain_pool)))]
-        others = [q.options[x] for x in q.options if x != letter]
-        rat = TX.rationale(rng, letter=letter, dx=dx, mech=m, knowledge=knowledge_backed,
-                           n_sentences=int(round(n_tok / 110)), findings=q.findings, distractors=others[:2])
+            m = q.uncertain_pool[dr.below(len(q.uncertain_pool))]
+        rat = TX.rationale(dr, letter=letter, dx=q.options[letter], mech=m, knowledge=knowledge_backed,
+                           n_sentences=int(round(n_tok / 110)), findings=q.findings, distractors=q.distractors_of[letter])
     return {"answer": letter, "rationale": rat, "logprob": round(-n_tok * nll, 2), "n_tokens": n_tok,
             "mean_token_entropy": round(ent, 4)}
 
@@ -725,6 +746,13 @@ def _modal(answers: list[str | None], keys: list[str]) -> str | None:
     return min(k for k, c in counts.items() if c == best)
 
 
+@functools.lru_cache(maxsize=16)
+def _offdiagonal(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column indices of the ordered pairs i != j of ``n`` items, row by row."""
+    rows, cols = np.nonzero(~np.eye(n, dtype=bool))
+    return rows, cols
+
+
 def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head: dict[str, Any], mech: dict[str, Any]) -> dict[str, Any] | None:
     """The NLI stand-in for one round (DESIGN 2.4): entailment high when two claims cite a common mechanism."""
     from probeguard_core.claims import extract_claims
@@ -735,20 +763,19 @@ def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head:
         return None
     idx = [i for i, a in enumerate(answers) if a == m]
     claims = [" ".join(extract_claims(rnd["candidates"][i]["rationale"])) for i in idx]
-    reg = q.registry
-    found = [TX.mechanisms_in(c, reg) for c in claims]
+    cites = TX.citations(claims, q.registry)
     hs, ds = v(mech["nli_shared_beta"]), v(mech["nli_distinct_beta"])
     n = len(idx)
     # DeBERTa's entailment scale drifts with the phrasing and length the claims of one question
     # share, so its errors are correlated within a question: one logit shift per (question, round).
     shift = float(rng.normal(0.0, float(v(mech["nli_question_logit_sd"]))))
     # One beta draw per ordered pair i != j, row by row (one call draws them in that order).
-    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
     E = np.ones((n, n))
-    if pairs:
-        shared = np.array([bool(found[i] & found[j]) for i, j in pairs])
+    if n > 1:
+        rows, cols = _offdiagonal(n)
+        c = cites.astype(np.int64)
+        shared = (c @ c.T)[rows, cols] > 0  # the two claims cite a common mechanism
         p = np.clip(rng.beta(np.where(shared, hs[0], ds[0]), np.where(shared, hs[1], ds[1])), 1e-6, 1 - 1e-6)
-        rows, cols = zip(*pairs)
         E[rows, cols] = np.round(1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) + shift))), 4)
     return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E.tolist()}
 
@@ -775,22 +802,24 @@ def simulate_question(q: Question, cell: str, params: dict[str, Any], cal: Calib
     a_, b_ = v(mech["misconception_prior_rate"])
     prior_rate = float(rng.beta(a_, b_))
     attractor = g if state == "knowledge" else (w if state == "misconception" else -2)
+    wr = _Writing.of(bb, mech)
     # document pool ids (simulated corpus id space)
-    pool_ids = [TX.doc_id(rng) for _ in range(tr.pool_size)]
+    dr = Draws(rng)
+    pool_ids = [TX.doc_id(dr) for _ in range(tr.pool_size)]
     rounds = []
     found_so_far = False
     for t, votes in enumerate(tr.votes, start=1):
         cands = []
-        for x in votes:
-            letter = None if x < 0 else keys[int(x)]
+        for x in votes.tolist():
+            letter = None if x < 0 else keys[x]
             kb = letter == q.gold and (state == "knowledge" or found_so_far)
-            cands.append(_candidate(rng, q, letter=letter, state=state, knowledge_backed=kb, c_mech=c_mech,
-                                    prior_rate=prior_rate, d=d, t=t, bb=bb, mech=mech, on_attractor=int(x) == attractor))
+            cands.append(_candidate(rng, dr, q, letter=letter, state=state, knowledge_backed=kb, c_mech=c_mech,
+                                    prior_rate=prior_rate, d=d, t=t, wr=wr, on_attractor=int(x) == attractor))
         ret = tr.retrieval[t - 1]
         retrieval = None
         if ret is not None:
             docs, nq = ret
-            retrieval = {"queries": TX.queries(rng, q.findings, list(q.options.values()), nq),
+            retrieval = {"queries": TX.queries(dr, q.findings, list(q.options.values()), nq),
                          "doc_ids": [pool_ids[i] for i in docs]}
         found_so_far = found_so_far or tr.found_by_round[t - 1]
         rounds.append({"round": t, "candidates": cands, "retrieval": retrieval})
@@ -831,15 +860,17 @@ def _probe(rng: np.random.Generator, q: Question, m: int, state: str, cal: Calib
     k, g, w = len(keys), keys.index(q.gold), keys.index(q.distractor)
     wrong = m != g
     lead = g if wrong else (w if w != m else (m + 1) % k)
-    u_content = rng.random()  # shared by the two arms that carry this question's counter-evidence (nested collapses)
-    nq = int(rng.integers(1, int(v(panel["max_counter_queries"])) + 1))
-    counter_docs = [TX.doc_id(rng) for _ in range(min(8, 2 * nq))]
-    counter_q = TX.queries(rng, q.findings, list(q.options.values()), nq, counter=q.options[keys[m]])
+    dr = Draws(rng)
+    u_content = dr.uniform()  # shared by the two arms that carry this question's counter-evidence (nested collapses)
+    nq = dr.between(1, int(v(panel["max_counter_queries"])) + 1)
+    counter_docs = [TX.doc_id(dr) for _ in range(min(8, 2 * nq))]
+    counter_q = TX.queries(dr, q.findings, list(q.options.values()), nq, counter=q.options[keys[m]])
     sd = float(v(mech["reanswer_token_sd"]))
+    nll_tok, nll_unc = float(v(bb["nll_per_token"])), float(v(bb["nll_uncertain_factor"]))
     challenge = q.gold_mech if wrong else q.uncertain_pool[0]
     out = []
     for arm in ARMS:
-        u = u_content if arm in ("counter_evidence", "neutral_instruction") else rng.random()
+        u = u_content if arm in ("counter_evidence", "neutral_instruction") else dr.uniform()
         fw, fr = cal.collapse[arm]
         collapsed = u < (fw if wrong else fr)
         kp = float(rng.beta(*v(mech["probe_collapse_keep_beta"]))) if collapsed else float(v(mech["probe_hold_keep"])[arm])
@@ -847,24 +878,25 @@ def _probe(rng: np.random.Generator, q: Question, m: int, state: str, cal: Calib
         if arm not in arms:
             continue
         reans = []
-        for x in ans:
-            n_tok = max(16, int(round(cal.reanswer_tokens_median * math.exp(sd * rng.standard_normal()))))
-            nll = float(v(bb["nll_per_token"])) * (1.0 if x == m else float(v(bb["nll_uncertain_factor"]))) * math.exp(0.15 * rng.standard_normal())
+        for x in ans.tolist():
+            z_tok, z_nll = rng.standard_normal(2).tolist()  # the same two draws as two scalar calls
+            n_tok = max(16, int(round(cal.reanswer_tokens_median * math.exp(sd * z_tok))))
+            nll = nll_tok * (1.0 if x == m else nll_unc) * math.exp(0.15 * z_nll)
             if x < 0:
                 rat = "The challenge leaves me unable to settle on one letter."
                 letter = None
             else:
-                letter = keys[int(x)]
+                letter = keys[x]
                 kb = (x == g) and (state == "knowledge" or wrong)
                 mm = q.gold_mech if kb else (q.reason_pool[0] if state == "misconception" else q.uncertain_pool[-1])
-                rat = TX.probe_rationale(rng, letter=letter, kept=x == m, mech=mm, challenge=challenge)
+                rat = TX.probe_rationale(dr, letter=letter, kept=x == m, mech=mm, challenge=challenge)
             reans.append({"answer": letter, "rationale": rat, "logprob": round(-n_tok * nll, 2), "n_tokens": n_tok,
                           "mean_token_entropy": round(nll * 1.25 * math.exp(0.1 * rng.standard_normal()), 4)})
         if arm == "instruction_only":
             qs, docs = [], []
         elif arm == "irrelevant_docs":
             qs = counter_q
-            docs = [TX.doc_id(rng) for _ in range(len(counter_docs))]
+            docs = [TX.doc_id(dr) for _ in range(len(counter_docs))]
         else:
             qs, docs = counter_q, counter_docs
         R = float(v(bb["decode_tokens_per_s"]))
