@@ -61,3 +61,18 @@ def test_calibrations_sharing_panels_equal_cold_ones() -> None:
     warm = [asdict(M._calibrate_cached("medqa/qwen3-8b", text)) for text in texts]  # the second reuses the panels
     assert M._panels.cache_info().hits >= 1
     assert warm == cold
+
+
+def test_whatif_layers_share_the_question_bank() -> None:
+    """The what-if layers of one page reuse their questions across error rates; each equals the
+    question drawn from the full (rate-edited) parameters."""
+    from probeguard_core.simulate import whatif as W
+
+    W._layer_questions.cache_clear()
+    W.simulate_unanimous_layer(6, 0.05, seed=3, arms=("counter_evidence",))
+    W.simulate_unanimous_layer(6, 0.25, seed=3, arms=("counter_evidence",))
+    assert W._layer_questions.cache_info().hits == 1
+    params = M.load_params()
+    params["cells"]["medqa/qwen3-8b"]["unanimous_error"] = {"value": 0.25, "assumed": "test"}
+    shared = W._layer_questions(6, 3, M._Inputs(({k: params[k] for k in ("datasets", "mechanism")},)))
+    assert list(shared) == [M.make_question("medqa", i, params, labelled=False, pool="-whatif3") for i in range(6)]
