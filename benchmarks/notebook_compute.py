@@ -1,7 +1,7 @@
 """CPU seconds of the heaviest notebooks' builder calls, for one or two checkouts side by side
 (issue 15: the compute inside the notebooks, without kernel start, imports or reading).
 
-    .venv/bin/python benchmarks/notebook_compute.py [--base /path/to/other/checkout] [--only NAME ...]
+    .venv/bin/python benchmarks/notebook_compute.py [--base /path/to/other/checkout] [--only NAME ...] [--routes]
 
 Each builder runs in a fresh process with a cold artifact cache (a new ``PROBEGUARD_CACHE_DIR``),
 one thread per numerical library (as in the book's kernels), the release loaded and the heavy
@@ -9,6 +9,12 @@ libraries imported before the clock starts, and the notebook's default parameter
 ``data/simulated-v1``.  Each prints its CPU seconds and a hash of every table it returns; with
 ``--base`` the same builder runs from that checkout right after this one's (``PYTHONPATH``), and
 the script prints the ratio and whether the hashes agree (they must: speed, not numbers).
+
+``--routes`` times, in this process and side by side, the simulator's inner routes before and after
+issue 15's second pass (the scalar draws of numpy's Generator against ``simulate.draws``; numpy's
+weighted ``choice`` against ``draws.weighted_sample``; the what-if calibrations each with cold
+panels against calibrations sharing them; a drift stream on numpy's draws against ``Draws``), with
+whether their outputs are equal.
 """
 
 from __future__ import annotations
@@ -108,15 +114,113 @@ def _run(name: str, checkout: Path) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _routes() -> bool:
+    """Before/after CPU seconds of the simulator's inner routes (one process, same inputs); True when all agree."""
+    import numpy as np
+
+    from probeguard_core.simulate import draws as DR
+    from probeguard_core.simulate import drift as D
+    from probeguard_core.simulate import model as M
+    from probeguard_core.simulate import text as TX
+
+    class NumpyDraws(DR.Draws):
+        """The reference: every draw through numpy's own Generator call."""
+
+        __slots__ = ("_rng",)
+
+        def __init__(self, rng: np.random.Generator):
+            self._rng = rng
+
+        def below(self, high: int) -> int:
+            return int(self._rng.integers(high))
+
+        def between(self, low: int, high: int) -> int:
+            return int(self._rng.integers(low, high))
+
+        def uniform(self) -> float:
+            return float(self._rng.random())
+
+        def sample(self, n: int, size: int) -> list[int]:
+            return self._rng.choice(n, size=size, replace=False).tolist()
+
+    def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+        t0 = time.process_time()
+        out = fn()
+        return time.process_time() - t0, out
+
+    def rationales(make: Callable[[np.random.Generator], Any]) -> list[str]:
+        rng = np.random.default_rng(42)
+        return [TX.rationale(make(rng), letter="B", dx="aortic stenosis", mech=(i % 30, (7 * i) % 30), knowledge=i % 2 == 0,
+                             n_sentences=2 + i % 5, findings=["syncope", "a murmur", "67"], distractors=["x", "y"])
+                for i in range(5000)]
+
+    def docs(sample: Callable[[np.random.Generator, np.ndarray, int], Any]) -> list[list[int]]:
+        rng = np.random.default_rng(42)
+        w = 1.0 / (1.0 + np.arange(40)) ** 0.7
+        return [list(sample(rng, w / w.sum(), 1 + i % 8)) for i in range(3000)]
+
+    params = M.load_params()
+    cell = "medqa/qwen3-8b"
+    texts = []
+    for rate in (0.05, 0.10, 0.15, 0.25):  # the what-if page's layers (simulate.whatif's edit of the cell)
+        p = M.load_params()
+        cp = p["cells"][cell]
+        e, u = float(M.v(cp["unanimous_error"])), float(M.v(cp["first_round_unanimity"]))
+        cp["unanimous_error"] = {"value": rate, "assumed": "benchmark"}
+        cp["overall_accuracy"] = {"value": float(M.v(cp["overall_accuracy"])) + u * (e - rate), "assumed": "benchmark"}
+        texts.append(M.yaml.safe_dump(p, sort_keys=True))
+
+    def calibrations(share: bool) -> list[Any]:
+        out = []
+        for caches in (M._panels, M._round1_table, M._calibrate_cached, M._flip_given_cached):
+            caches.cache_clear()
+        for text in texts:
+            if not share:
+                M._panels.cache_clear()
+                M._round1_table.cache_clear()
+            out.append(M._calibrate_cached(cell, text))
+        return out
+
+    def stream(numpy_draws: bool) -> str:
+        saved = M.Draws, M.weighted_sample
+        if numpy_draws:  # the simulator's scalar and weighted draws through numpy's own calls
+            M.Draws, M.weighted_sample = NumpyDraws, lambda r, p, k: r.choice(len(p), size=k, replace=False, p=p).tolist()
+        try:
+            bs = D.drift_stream(300, D.DriftSchedule(shift=0.3, change_at=100), seed=43)
+        finally:
+            M.Draws, M.weighted_sample = saved
+        return _hash([r.model_dump(mode="json") for b in bs for r in (*b.logs, *b.probe, *b.nli)])
+
+    M.calibrate_cell(cell, D.drifted_params(cell, 0.3, params))  # calibrations outside the stream's clock
+    routes = [
+        ("5000 rationales: numpy draws / Draws", lambda: rationales(NumpyDraws), lambda: rationales(DR.Draws)),
+        ("3000 weighted doc samples: choice(p) / weighted_sample",
+         lambda: docs(lambda r, p, k: r.choice(len(p), size=k, replace=False, p=p).tolist()), lambda: docs(DR.weighted_sample)),
+        ("4 what-if calibrations: cold panels / shared", lambda: calibrations(False), lambda: calibrations(True)),
+        ("300-question drift stream: numpy draws / Draws", lambda: stream(True), lambda: stream(False)),
+    ]
+    print(f"{'route':58s} {'before':>7s} {'after':>7s} {'ratio':>6s}  outputs")
+    same = True
+    for name, before, after in routes:
+        (tb, ob), (ta, oa) = timed(before), timed(after)
+        same &= ob == oa
+        print(f"{name:58s} {tb:7.2f} {ta:7.2f} {tb / ta:6.2f}  {'equal' if ob == oa else 'DIFFER'}", flush=True)
+    return same
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", type=Path, help="another checkout to time side by side (its repository root)")
     ap.add_argument("--only", nargs="+", choices=NAMES, help="these notebooks only")
+    ap.add_argument("--routes", action="store_true", help="the simulator's inner routes before/after, in this process")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         _child(a.child)
         return 0
+    if a.routes:
+        os.environ.setdefault("PROBEGUARD_CACHE_DIR", tempfile.mkdtemp(prefix="pg-bench-"))
+        return 0 if _routes() else 1
     names = a.only or list(NAMES)
     print(f"builder CPU seconds, cold artifact cache, one thread (load average {os.getloadavg()[0]:.1f})")
     print(f"{'notebook':26s} {'this':>7s}" + (f" {'base':>7s} {'base/this':>9s}  hashes" if a.base else ""))

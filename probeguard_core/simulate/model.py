@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ import yaml
 
 from probeguard_core import SEED
 from probeguard_core.simulate import text as TX
+from probeguard_core.simulate.draws import Draws, weighted_sample
 
 STATES = ("knowledge", "misconception", "uncertain")
 ARMS = ("counter_evidence", "instruction_only", "irrelevant_docs", "neutral_instruction")
@@ -144,13 +146,18 @@ class Question:
     reason_pool: list[tuple[int, int]]  # misconception reasons; [0] is the shared quick prior
     uncertain_pool: list[tuple[int, int]]
 
-    @property
+    @functools.cached_property
     def keys(self) -> list[str]:
         return list(self.options)
 
-    @property
+    @functools.cached_property
     def registry(self) -> list[tuple[int, int]]:
         return [self.gold_mech, *self.side_mechs, *self.reason_pool, *self.uncertain_pool]
+
+    @functools.cached_property
+    def distractors_of(self) -> dict[str, list[str]]:
+        """Per letter, the first two other options' texts (a rationale's differential)."""
+        return {x: [self.options[y] for y in self.options if y != x][:2] for x in self.options}
 
 
 def _specialty_table(params: dict[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -174,6 +181,7 @@ def _distinct_mechs(rng: np.random.Generator, k: int) -> list[tuple[int, int]]:
 def make_question(dataset: str, index: int, params: dict[str, Any], *, labelled: bool, pool: str = "") -> Question:
     """Question ``index`` of ``dataset`` (``pool`` separates the augmentation pool's bank)."""
     rng = rng_for("question", dataset + pool, index)
+    dr = Draws(rng)
     n_opt = int(v(params["datasets"][dataset]["n_options"]))
     keys = [chr(ord("A") + i) for i in range(n_opt)]
     specialty = None
@@ -183,14 +191,14 @@ def make_question(dataset: str, index: int, params: dict[str, Any], *, labelled:
         specialty = names[int(rng.choice(len(names), p=freq))]
         spec_for_text = specialty
     else:
-        spec_for_text = list(TX.ALL_TERMS)[int(rng.integers(len(TX.ALL_TERMS)))]
-    stem, findings = TX.question_text(rng, spec_for_text, dataset)
-    opts = TX.option_texts(rng, spec_for_text, n_opt)
-    gold_i = int(rng.integers(n_opt))
-    dis_i = int((gold_i + 1 + rng.integers(n_opt - 1)) % n_opt)
+        spec_for_text = list(TX.ALL_TERMS)[dr.below(len(TX.ALL_TERMS))]
+    stem, findings = TX.question_text(dr, spec_for_text, dataset)
+    opts = TX.option_texts(dr, spec_for_text, n_opt)
+    gold_i = dr.below(n_opt)
+    dis_i = (gold_i + 1 + dr.below(n_opt - 1)) % n_opt
     mechs = _distinct_mechs(rng, 3 + 8 + 4)
-    n_reason = int(rng.integers(v(params["mechanism"]["misconception_reason_pool"])[0], v(params["mechanism"]["misconception_reason_pool"])[1] + 1))
-    n_unc = int(rng.integers(v(params["mechanism"]["uncertain_reason_pool"])[0], v(params["mechanism"]["uncertain_reason_pool"])[1] + 1))
+    n_reason = dr.between(v(params["mechanism"]["misconception_reason_pool"])[0], v(params["mechanism"]["misconception_reason_pool"])[1] + 1)
+    n_unc = dr.between(v(params["mechanism"]["uncertain_reason_pool"])[0], v(params["mechanism"]["uncertain_reason_pool"])[1] + 1)
     qid = f"{dataset}{pool}-{index:05d}"
     return Question(
         qid=qid, index=index, question=stem, options=dict(zip(keys, opts)), gold=keys[gold_i],
@@ -316,7 +324,7 @@ class _Dynamics:
 def _doc_pool(rng: np.random.Generator, state: str, mech: dict[str, Any]) -> tuple[int, np.ndarray]:
     """The question's relevant pool size and its rank-biased draw weights (top documents recur: saturation)."""
     lo, hi = v(mech["doc_pool_size"])[state]
-    pool = int(rng.integers(lo, hi + 1))
+    pool = Draws(rng).between(lo, hi + 1)
     wts = 1.0 / (1.0 + np.arange(pool)) ** 0.7
     return pool, wts / wts.sum()
 
@@ -325,9 +333,9 @@ def _round_draws(rng: np.random.Generator, pool: int, rank_p: np.ndarray, docs_p
                  n_cand: int) -> tuple[int, list[int], float, np.ndarray]:
     """One contested round's random draws, in stream order: the number of queries, the retrieved
     documents, the evidence uniform and the ``3 * n_cand`` vote uniforms (none depends on the votes)."""
-    nq = int(rng.integers(1, 5))
+    nq = Draws(rng).between(1, 5)
     nd = min(docs_per_round, 2 * nq, pool)
-    docs = [int(x) for x in rng.choice(pool, size=nd, replace=False, p=rank_p)]
+    docs = weighted_sample(rng, rank_p, nd)  # rng.choice(pool, nd, replace=False, p=rank_p)
     u = rng.random(1 + 3 * n_cand)
     return nq, docs, float(u[0]), u[1:]
 
@@ -463,30 +471,66 @@ class _ContestedPanel:
                 _, docs, u_found, u = _round_draws(rng, pool, rank_p, D, N)
                 rounds.append((sum(1 for x in docs if x not in seen), len(docs), u_found, u))
                 seen.update(docs)
-            self.questions.append((rounds, {(): (v1, self.max_rounds <= 1)}))
+            self.questions.append((rounds, {(): self._node(v1, 0)}))
+
+    def _node(self, votes: np.ndarray, depth: int) -> tuple[np.ndarray, bool, bool]:
+        """A memo entry: the votes after ``depth`` contested rounds, whether the question stops
+        there, and whether its final answer is then gold (index 0)."""
+        done = _unanimous(votes) or depth + 1 >= self.max_rounds
+        return votes, done, done and final_index(votes, self.k) == 0
 
     def rates(self, eta: float) -> tuple[float, float]:
         """P(not unanimous) and P(not unanimous and final correct) at evidence strength ``eta``."""
         right = 0
         for rounds, memo in self.questions:
             path: tuple[bool, ...] = ()
-            votes, done = memo[path]
+            votes, done, correct = memo[path]
             while not done:
                 new, nd, u_found, u = rounds[len(path)]
                 found = self.dyn.found(eta, u_found, new, nd)
                 path = path + (found,)
                 if path not in memo:
-                    nxt = self.dyn.next_votes(votes, found, u)
-                    memo[path] = (nxt, _unanimous(nxt) or len(path) + 1 >= self.max_rounds)
-                votes, done = memo[path]
-            right += final_index(votes, self.k) == 0
+                    memo[path] = self._node(self.dyn.next_votes(votes, found, u), len(path))
+                votes, done, correct = memo[path]
+            right += correct
         return len(self.questions) / self.n, right / self.n
 
 
 def _contested_accuracy(state: str, eta: float, k: int, bb: dict[str, Any], mech: dict[str, Any], panel: dict[str, Any],
                         n: int) -> tuple[float, float]:
     """P(not unanimous) and P(not unanimous and final correct) for one state (common random numbers per eta)."""
-    return _ContestedPanel(state, k, bb, mech, panel, n).rates(eta)
+    return _panels(k, n, _Inputs((bb, mech, panel)))[state].rates(eta)
+
+
+class _Inputs:
+    """Parameter sections as an ``lru_cache`` key: equal when their canonical JSON texts are."""
+
+    def __init__(self, sections: tuple[dict[str, Any], ...]):
+        self.sections = sections
+        self.key = json.dumps(sections, sort_keys=True)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Inputs) and other.key == self.key
+
+
+@functools.lru_cache(maxsize=16)
+def _panels(k: int, n: int, inputs: _Inputs) -> dict[str, _ContestedPanel]:
+    """Every state's contested panel for (backbone, mechanism, panel) sections ``inputs``.
+
+    The panels do not depend on the cell's rates, so the calibrations of one process that differ
+    only there (the what-if error rates, the drift levels) share them, memo trees included."""
+    bb, mech, panel = inputs.sections
+    return {s: _ContestedPanel(s, k, bb, mech, panel, n) for s in STATES}
+
+
+@functools.lru_cache(maxsize=16)
+def _round1_table(k: int, p_null: float, n_cand: int, inputs: _Inputs) -> dict[str, tuple[float, float]]:
+    """:func:`_round1_rates` of every state for backbone section ``inputs`` (shared like :func:`_panels`)."""
+    (bb,) = inputs.sections
+    return {s: _round1_rates(s, k, bb, p_null, n_cand) for s in STATES}
 
 
 @functools.lru_cache(maxsize=32)
@@ -500,13 +544,13 @@ def _calibrate_cached(cell: str, params_text: str) -> Calibration:
     k = int(v(params["datasets"][dataset]["n_options"]))
     N, pn = int(v(panel["n_candidates"])), float(v(panel["parse_failure_rate"]))
     U, e, acc = float(v(cp["first_round_unanimity"])), float(v(cp["unanimous_error"])), float(v(cp["overall_accuracy"]))
-    rates = {s: _round1_rates(s, k, bb, pn, N) for s in STATES}
+    rates = dict(_round1_table(k, pn, N, _Inputs((bb,))))
     pi = solve_mixture(U, e, rates, f"cell {base}")
     # evidence strength eta: bisection so that overall accuracy matches (accuracy is monotone in eta)
     target_contested_right = acc - U * (1 - e)
     n_dyn = 240
 
-    panels = {s: _ContestedPanel(s, k, bb, mech, panel, n_dyn) for s in STATES if pi[s] > 0}
+    panels = {s: p for s, p in _panels(k, n_dyn, _Inputs((bb, mech, panel))).items() if pi[s] > 0}
 
     def contested_right(eta: float) -> float:
         return sum(pi[s] * panels[s].rates(eta)[1] for s in panels)
@@ -651,28 +695,42 @@ def _state_for(rng: np.random.Generator, q: Question, cal: Calibration, params: 
     return STATES[int(_sample_cat(rng, p, 1)[0])]
 
 
-def _candidate(rng: np.random.Generator, q: Question, *, letter: str | None, state: str, knowledge_backed: bool,
-               c_mech: float, prior_rate: float, d: float, t: int, bb: dict[str, Any], mech: dict[str, Any],
-               on_attractor: bool) -> dict[str, Any]:
-    sd = float(v(mech["reanswer_token_sd"]))
-    n_tok = float(v(bb["tokens_median"])) * (1 + float(v(bb["tokens_per_difficulty"])) * d) * (1 + float(v(bb["tokens_per_round"])) * (t - 1))
-    n_tok = max(16, int(round(n_tok * math.exp(sd * rng.standard_normal()))))
-    nll = float(v(bb["nll_per_token"])) * (float(v(bb["nll_uncertain_factor"])) if (state == "uncertain" or not on_attractor) else 1.0)
-    nll *= math.exp(0.15 * rng.standard_normal())
-    ent = nll * 1.25 * math.exp(0.1 * rng.standard_normal())
+@dataclass(frozen=True)
+class _Writing:
+    """The backbone's completion-length and likelihood constants of step 5 (read once per question)."""
+
+    tokens_median: float
+    per_difficulty: float
+    per_round: float
+    token_sd: float
+    nll: float
+    nll_uncertain: float
+
+    @classmethod
+    def of(cls, bb: dict[str, Any], mech: dict[str, Any]) -> _Writing:
+        return cls(float(v(bb["tokens_median"])), float(v(bb["tokens_per_difficulty"])), float(v(bb["tokens_per_round"])),
+                   float(v(mech["reanswer_token_sd"])), float(v(bb["nll_per_token"])), float(v(bb["nll_uncertain_factor"])))
+
+
+def _candidate(rng: np.random.Generator, dr: Draws, q: Question, *, letter: str | None, state: str, knowledge_backed: bool,
+               c_mech: float, prior_rate: float, d: float, t: int, wr: _Writing, on_attractor: bool) -> dict[str, Any]:
+    z_tok, z_nll, z_ent = rng.standard_normal(3).tolist()  # the same three draws as three scalar calls
+    n_tok = wr.tokens_median * (1 + wr.per_difficulty * d) * (1 + wr.per_round * (t - 1))
+    n_tok = max(16, int(round(n_tok * math.exp(wr.token_sd * z_tok))))
+    nll = wr.nll * (wr.nll_uncertain if (state == "uncertain" or not on_attractor) else 1.0)
+    nll *= math.exp(0.15 * z_nll)
+    ent = nll * 1.25 * math.exp(0.1 * z_ent)
     if letter is None:
         rat = "The findings are conflicting and I cannot commit to a single letter here."
     else:
-        dx = q.options[letter]
         if knowledge_backed:
-            m = q.gold_mech if rng.random() < c_mech else q.side_mechs[int(rng.integers(len(q.side_mechs)))]
+            m = q.gold_mech if dr.uniform() < c_mech else q.side_mechs[dr.below(len(q.side_mechs))]
         elif state == "misconception" and letter == q.distractor:
-            m = q.reason_pool[0] if rng.random() < prior_rate else q.reason_pool[int(rng.integers(len(q.reason_pool)))]
+            m = q.reason_pool[0] if dr.uniform() < prior_rate else q.reason_pool[dr.below(len(q.reason_pool))]
         else:
-            m = q.uncertain_pool[int(rng.integers(len(q.uncertain_pool)))]
-        others = [q.options[x] for x in q.options if x != letter]
-        rat = TX.rationale(rng, letter=letter, dx=dx, mech=m, knowledge=knowledge_backed,
-                           n_sentences=int(round(n_tok / 110)), findings=q.findings, distractors=others[:2])
+            m = q.uncertain_pool[dr.below(len(q.uncertain_pool))]
+        rat = TX.rationale(dr, letter=letter, dx=q.options[letter], mech=m, knowledge=knowledge_backed,
+                           n_sentences=int(round(n_tok / 110)), findings=q.findings, distractors=q.distractors_of[letter])
     return {"answer": letter, "rationale": rat, "logprob": round(-n_tok * nll, 2), "n_tokens": n_tok,
             "mean_token_entropy": round(ent, 4)}
 
@@ -688,6 +746,13 @@ def _modal(answers: list[str | None], keys: list[str]) -> str | None:
     return min(k for k, c in counts.items() if c == best)
 
 
+@functools.lru_cache(maxsize=16)
+def _offdiagonal(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column indices of the ordered pairs i != j of ``n`` items, row by row."""
+    rows, cols = np.nonzero(~np.eye(n, dtype=bool))
+    return rows, cols
+
+
 def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head: dict[str, Any], mech: dict[str, Any]) -> dict[str, Any] | None:
     """The NLI stand-in for one round (DESIGN 2.4): entailment high when two claims cite a common mechanism."""
     from probeguard_core.claims import extract_claims
@@ -698,20 +763,19 @@ def nli_record(rng: np.random.Generator, q: Question, rnd: dict[str, Any], head:
         return None
     idx = [i for i, a in enumerate(answers) if a == m]
     claims = [" ".join(extract_claims(rnd["candidates"][i]["rationale"])) for i in idx]
-    reg = q.registry
-    found = [TX.mechanisms_in(c, reg) for c in claims]
+    cites = TX.citations(claims, q.registry)
     hs, ds = v(mech["nli_shared_beta"]), v(mech["nli_distinct_beta"])
     n = len(idx)
     # DeBERTa's entailment scale drifts with the phrasing and length the claims of one question
     # share, so its errors are correlated within a question: one logit shift per (question, round).
     shift = float(rng.normal(0.0, float(v(mech["nli_question_logit_sd"]))))
     # One beta draw per ordered pair i != j, row by row (one call draws them in that order).
-    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
     E = np.ones((n, n))
-    if pairs:
-        shared = np.array([bool(found[i] & found[j]) for i, j in pairs])
+    if n > 1:
+        rows, cols = _offdiagonal(n)
+        c = cites.astype(np.int64)
+        shared = (c @ c.T)[rows, cols] > 0  # the two claims cite a common mechanism
         p = np.clip(rng.beta(np.where(shared, hs[0], ds[0]), np.where(shared, hs[1], ds[1])), 1e-6, 1 - 1e-6)
-        rows, cols = zip(*pairs)
         E[rows, cols] = np.round(1.0 / (1.0 + np.exp(-(np.log(p / (1 - p)) + shift))), 4)
     return {**head, "round": rnd["round"], "model": NLI_MODEL, "candidates": idx, "claims": claims, "entailment": E.tolist()}
 
@@ -738,22 +802,24 @@ def simulate_question(q: Question, cell: str, params: dict[str, Any], cal: Calib
     a_, b_ = v(mech["misconception_prior_rate"])
     prior_rate = float(rng.beta(a_, b_))
     attractor = g if state == "knowledge" else (w if state == "misconception" else -2)
+    wr = _Writing.of(bb, mech)
     # document pool ids (simulated corpus id space)
-    pool_ids = [TX.doc_id(rng) for _ in range(tr.pool_size)]
+    dr = Draws(rng)
+    pool_ids = [TX.doc_id(dr) for _ in range(tr.pool_size)]
     rounds = []
     found_so_far = False
     for t, votes in enumerate(tr.votes, start=1):
         cands = []
-        for x in votes:
-            letter = None if x < 0 else keys[int(x)]
+        for x in votes.tolist():
+            letter = None if x < 0 else keys[x]
             kb = letter == q.gold and (state == "knowledge" or found_so_far)
-            cands.append(_candidate(rng, q, letter=letter, state=state, knowledge_backed=kb, c_mech=c_mech,
-                                    prior_rate=prior_rate, d=d, t=t, bb=bb, mech=mech, on_attractor=int(x) == attractor))
+            cands.append(_candidate(rng, dr, q, letter=letter, state=state, knowledge_backed=kb, c_mech=c_mech,
+                                    prior_rate=prior_rate, d=d, t=t, wr=wr, on_attractor=int(x) == attractor))
         ret = tr.retrieval[t - 1]
         retrieval = None
         if ret is not None:
             docs, nq = ret
-            retrieval = {"queries": TX.queries(rng, q.findings, list(q.options.values()), nq),
+            retrieval = {"queries": TX.queries(dr, q.findings, list(q.options.values()), nq),
                          "doc_ids": [pool_ids[i] for i in docs]}
         found_so_far = found_so_far or tr.found_by_round[t - 1]
         rounds.append({"round": t, "candidates": cands, "retrieval": retrieval})
@@ -794,15 +860,17 @@ def _probe(rng: np.random.Generator, q: Question, m: int, state: str, cal: Calib
     k, g, w = len(keys), keys.index(q.gold), keys.index(q.distractor)
     wrong = m != g
     lead = g if wrong else (w if w != m else (m + 1) % k)
-    u_content = rng.random()  # shared by the two arms that carry this question's counter-evidence (nested collapses)
-    nq = int(rng.integers(1, int(v(panel["max_counter_queries"])) + 1))
-    counter_docs = [TX.doc_id(rng) for _ in range(min(8, 2 * nq))]
-    counter_q = TX.queries(rng, q.findings, list(q.options.values()), nq, counter=q.options[keys[m]])
+    dr = Draws(rng)
+    u_content = dr.uniform()  # shared by the two arms that carry this question's counter-evidence (nested collapses)
+    nq = dr.between(1, int(v(panel["max_counter_queries"])) + 1)
+    counter_docs = [TX.doc_id(dr) for _ in range(min(8, 2 * nq))]
+    counter_q = TX.queries(dr, q.findings, list(q.options.values()), nq, counter=q.options[keys[m]])
     sd = float(v(mech["reanswer_token_sd"]))
+    nll_tok, nll_unc = float(v(bb["nll_per_token"])), float(v(bb["nll_uncertain_factor"]))
     challenge = q.gold_mech if wrong else q.uncertain_pool[0]
     out = []
     for arm in ARMS:
-        u = u_content if arm in ("counter_evidence", "neutral_instruction") else rng.random()
+        u = u_content if arm in ("counter_evidence", "neutral_instruction") else dr.uniform()
         fw, fr = cal.collapse[arm]
         collapsed = u < (fw if wrong else fr)
         kp = float(rng.beta(*v(mech["probe_collapse_keep_beta"]))) if collapsed else float(v(mech["probe_hold_keep"])[arm])
@@ -810,24 +878,25 @@ def _probe(rng: np.random.Generator, q: Question, m: int, state: str, cal: Calib
         if arm not in arms:
             continue
         reans = []
-        for x in ans:
-            n_tok = max(16, int(round(cal.reanswer_tokens_median * math.exp(sd * rng.standard_normal()))))
-            nll = float(v(bb["nll_per_token"])) * (1.0 if x == m else float(v(bb["nll_uncertain_factor"]))) * math.exp(0.15 * rng.standard_normal())
+        for x in ans.tolist():
+            z_tok, z_nll = rng.standard_normal(2).tolist()  # the same two draws as two scalar calls
+            n_tok = max(16, int(round(cal.reanswer_tokens_median * math.exp(sd * z_tok))))
+            nll = nll_tok * (1.0 if x == m else nll_unc) * math.exp(0.15 * z_nll)
             if x < 0:
                 rat = "The challenge leaves me unable to settle on one letter."
                 letter = None
             else:
-                letter = keys[int(x)]
+                letter = keys[x]
                 kb = (x == g) and (state == "knowledge" or wrong)
                 mm = q.gold_mech if kb else (q.reason_pool[0] if state == "misconception" else q.uncertain_pool[-1])
-                rat = TX.probe_rationale(rng, letter=letter, kept=x == m, mech=mm, challenge=challenge)
+                rat = TX.probe_rationale(dr, letter=letter, kept=x == m, mech=mm, challenge=challenge)
             reans.append({"answer": letter, "rationale": rat, "logprob": round(-n_tok * nll, 2), "n_tokens": n_tok,
                           "mean_token_entropy": round(nll * 1.25 * math.exp(0.1 * rng.standard_normal()), 4)})
         if arm == "instruction_only":
             qs, docs = [], []
         elif arm == "irrelevant_docs":
             qs = counter_q
-            docs = [TX.doc_id(rng) for _ in range(len(counter_docs))]
+            docs = [TX.doc_id(dr) for _ in range(len(counter_docs))]
         else:
             qs, docs = counter_q, counter_docs
         R = float(v(bb["decode_tokens_per_s"]))

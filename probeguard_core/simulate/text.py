@@ -21,6 +21,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from probeguard_core.simulate.draws import Draws, draws_of
+
+#: a Generator, or its :class:`~probeguard_core.simulate.draws.Draws` (the same stream, cheaper scalar draws)
+Rng = np.random.Generator | Draws
+
 #: Appendix C's conclusion cues (case-insensitive substrings).
 CUES = ("answer", "option", "choice", "correct", "therefore", "thus", "hence", "most likely", "best")
 
@@ -154,35 +159,43 @@ def mechanism_phrase(mech: tuple[int, int], variant: int) -> str:
     return (f"{p} in the {s}", f"{p} of the {s}", f"the {s} showing {p}")[variant % 3]
 
 
+def citations(texts: Sequence[str], registry: Sequence[tuple[int, int]]) -> np.ndarray:
+    """``(len(texts), len(registry))`` booleans: text i cites mechanism j (both its key words
+    present, whatever the paraphrase): the NLI stand-in's reading."""
+    words = [(PROCESSES[p], STRUCTURES[s]) for p, s in registry]
+    return np.array([[p in t and s in t for p, s in words] for t in texts], dtype=bool).reshape(len(texts), len(words))
+
+
 def mechanisms_in(text: str, registry: Sequence[tuple[int, int]]) -> frozenset[tuple[int, int]]:
-    """The mechanisms of ``registry`` cited in ``text`` (both key words present): the NLI stand-in's reading."""
-    return frozenset(m for m in registry if PROCESSES[m[0]] in text and STRUCTURES[m[1]] in text)
+    """The mechanisms of ``registry`` cited in ``text`` (:func:`citations`)."""
+    return frozenset(m for m, hit in zip(registry, citations([text], registry)[0]) if hit)
 
 
 def terms(specialty: str | None) -> dict[str, list[str]]:
     return ALL_TERMS.get(specialty or "", GENERIC_TERMS)
 
 
-def question_text(rng: np.random.Generator, specialty: str | None, dataset: str) -> tuple[str, list[str]]:
+def question_text(rng: Rng, specialty: str | None, dataset: str) -> tuple[str, list[str]]:
     """A short vignette and the findings it mentions."""
+    dr = draws_of(rng)
     t = terms(specialty)
-    f = list(rng.choice(t["finding"], size=2, replace=False))
-    age = int(rng.integers(18, 80)) if specialty != "Pediatrics" else int(rng.integers(1, 14))
-    sex = ("man", "woman")[int(rng.integers(2))] if specialty != "Pediatrics" else ("boy", "girl")[int(rng.integers(2))]
+    f = [t["finding"][i] for i in dr.sample(len(t["finding"]), 2)]
+    age = dr.between(18, 80) if specialty != "Pediatrics" else dr.between(1, 14)
+    sex = ("man", "woman")[dr.below(2)] if specialty != "Pediatrics" else ("boy", "girl")[dr.below(2)]
     tail = ("Which of the following is the most likely diagnosis?", "Which of the following is the most likely underlying cause?",
-            "Which of the following best explains these findings?")[int(rng.integers(3))]
+            "Which of the following best explains these findings?")[dr.below(3)]
     return f"A {age}-year-old {sex} presents with {f[0]} and {f[1]}. {tail}", f + [str(age)]
 
 
-def option_texts(rng: np.random.Generator, specialty: str | None, n_options: int) -> list[str]:
+def option_texts(rng: Rng, specialty: str | None, n_options: int) -> list[str]:
     pool = terms(specialty)["dx"]
     if len(pool) < n_options:
         pool = GENERIC_TERMS["dx"]
-    return [str(x) for x in rng.choice(pool, size=n_options, replace=False)]
+    return [pool[i] for i in draws_of(rng).sample(len(pool), n_options)]
 
 
 def rationale(
-    rng: np.random.Generator,
+    rng: Rng,
     *,
     letter: str,
     dx: str,
@@ -197,49 +210,52 @@ def rationale(
     The last one or two sentences conclude (contain a cue) and cite ``mech``; the rest reason
     without any cue.  ``knowledge`` selects the concluding templates of a knowledge-backed vote.
     """
+    dr = draws_of(rng)
     n_sentences = int(min(6, max(2, n_sentences)))
-    n_conclude = 2 if (n_sentences >= 4 and rng.random() < 0.4) else 1
+    n_conclude = 2 if (n_sentences >= 4 and dr.uniform() < 0.4) else 1
     body = []
-    for k in rng.choice(len(_REASONING), size=n_sentences - n_conclude, replace=False):
-        body.append(_REASONING[int(k)].format(
-            age=findings[-1], finding=findings[int(rng.integers(len(findings) - 1))],
-            system=_SYSTEMS[int(rng.integers(len(_SYSTEMS)))],
+    for k in dr.sample(len(_REASONING), n_sentences - n_conclude):
+        body.append(_REASONING[k].format(
+            age=findings[-1], finding=findings[dr.below(len(findings) - 1)], system=_SYSTEMS[dr.below(len(_SYSTEMS))],
             dx1=distractors[0], dx2=distractors[-1]))
     templates = _CONCLUDE_KNOWLEDGE if knowledge else _CONCLUDE_OTHER
-    concl = templates[int(rng.integers(len(templates)))].format(X=letter, dx=dx, mech=mechanism_phrase(mech, int(rng.integers(3))))
+    concl = templates[dr.below(len(templates))].format(X=letter, dx=dx, mech=mechanism_phrase(mech, dr.below(3)))
     concl = concl[0].upper() + concl[1:]
     body.append(concl)
     if n_conclude == 2:
-        body.append(_FINAL_LINE[int(rng.integers(len(_FINAL_LINE)))].format(X=letter))
+        body.append(_FINAL_LINE[dr.below(len(_FINAL_LINE))].format(X=letter))
     return " ".join(body) + f" <answer>{letter}</answer>"
 
 
-def probe_rationale(rng: np.random.Generator, *, letter: str, kept: bool, mech: tuple[int, int], challenge: tuple[int, int]) -> str:
+def probe_rationale(rng: Rng, *, letter: str, kept: bool, mech: tuple[int, int], challenge: tuple[int, int]) -> str:
     """A short re-answer under challenge (Algorithm 1, line 4): opener on the challenge, one concluding sentence."""
-    opener = _PROBE_OPEN[int(rng.integers(len(_PROBE_OPEN)))].format(mech=mechanism_phrase(challenge, int(rng.integers(3))))
+    dr = draws_of(rng)
+    opener = _PROBE_OPEN[dr.below(len(_PROBE_OPEN))].format(mech=mechanism_phrase(challenge, dr.below(3)))
     pool = _PROBE_KEEP if kept else _PROBE_SWITCH
-    concl = pool[int(rng.integers(len(pool)))].format(X=letter, mech=mechanism_phrase(mech, int(rng.integers(3))))
+    concl = pool[dr.below(len(pool))].format(X=letter, mech=mechanism_phrase(mech, dr.below(3)))
     return f"{opener} {concl} <answer>{letter}</answer>"
 
 
-def doc_id(rng: np.random.Generator) -> str:
+def doc_id(rng: Rng) -> str:
     """An id in a simulated MedCorp-like id space (PubMed, StatPearls, textbooks, Wikipedia)."""
-    k = rng.random()
+    dr = draws_of(rng)
+    k = dr.uniform()
     if k < 0.55:
-        return f"pubmed_{int(rng.integers(10_000_000, 39_999_999))}"
+        return f"pubmed_{dr.between(10_000_000, 39_999_999)}"
     if k < 0.75:
-        return f"statpearls_{int(rng.integers(1, 9999))}_{int(rng.integers(0, 40))}"
+        return f"statpearls_{dr.between(1, 9999)}_{dr.below(40)}"
     if k < 0.92:
-        return f"textbook_{TEXTBOOKS[int(rng.integers(len(TEXTBOOKS)))]}_{int(rng.integers(1, 4000))}"
-    return f"wiki_{int(rng.integers(1, 6_000_000))}"
+        return f"textbook_{TEXTBOOKS[dr.below(len(TEXTBOOKS))]}_{dr.between(1, 4000)}"
+    return f"wiki_{dr.between(1, 6_000_000)}"
 
 
-def queries(rng: np.random.Generator, findings: Sequence[str], options: Sequence[str], k: int, counter: str | None = None) -> list[str]:
+def queries(rng: Rng, findings: Sequence[str], options: Sequence[str], k: int, counter: str | None = None) -> list[str]:
     """``k`` retrieval queries about the dispute (substrate) or against ``counter`` (probe, Appendix A)."""
+    dr = draws_of(rng)
     out = []
     for j in range(k):
-        a = options[int(rng.integers(len(options)))]
-        f = findings[int(rng.integers(len(findings) - 1))]
+        a = options[dr.below(len(options))]
+        f = findings[dr.below(len(findings) - 1)]
         if counter is None:
             out.append(f"{a} versus alternatives in a patient with {f}")
         else:

@@ -11,6 +11,8 @@ first-round unanimity kept); :func:`unanimous_layer_table` turns it into per-que
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -49,15 +51,23 @@ def simulate_unanimous_layer(n: int, error_rate: float, seed: int = SEED, backbo
     acc = float(M.v(cp["overall_accuracy"])) + u * (base_e - error_rate)
     cp["overall_accuracy"] = {"value": acc, "assumed": "what-if input"}
     cal = M.calibrate_cell(cell, params)
+    bank = {key: params[key] for key in ("datasets", "mechanism")}  # all make_question reads of unlabelled questions
     logs, probe, nli = [], [], []
-    for i in range(n):
-        q = M.make_question("medqa", i, params, labelled=False, pool=f"-whatif{seed}")
+    for i, q in enumerate(_layer_questions(n, seed, M._Inputs((bank,)))):
         sim = M.simulate_question(q, cell, params, cal, rng=M.rng_for("whatif", seed, cell, i), with_self_report=False,
                                   dataset="medqa", backbone=backbone, arms=arms, condition_unanimous=True)
         logs.append(L.QuestionLog.model_validate(sim.log))
         probe.extend(L.ProbeRecord.model_validate(r) for r in sim.probe)
         nli.extend(L.NLIRecord.model_validate(r) for r in sim.nli)
     return logs, probe, nli
+
+
+@functools.lru_cache(maxsize=4)
+def _layer_questions(n: int, seed: int, bank: M._Inputs) -> tuple[M.Question, ...]:
+    """The first ``n`` questions of the what-if bank: they depend on the question-bank sections of
+    the parameters only, not on the layer's error rate, so the error rates of one page share them."""
+    (params,) = bank.sections
+    return tuple(M.make_question("medqa", i, params, labelled=False, pool=f"-whatif{seed}") for i in range(n))
 
 
 def unanimous_layer_table(n: int, error_rate: float, seed: int = SEED, backbone: str = "Qwen/Qwen3-8B") -> pd.DataFrame:
