@@ -398,9 +398,10 @@ def _warm_tasks(rel_path: Path, entries: Sequence[NotebookEntry], params: dict[s
     """``(release, dataset, backbone, seed)`` per main cell when two or more of ``entries`` read the
     shared per-question tables (registry ``cell_tables``) and the artifact cache is on; else none.
 
-    Those pages run at the same time in a parallel build; computing the tables first, one task
-    per cell on the same pool, means each cell's records are read once instead of once per page
-    (the cache's lock makes a page that gets there first wait for, not redo, a cell's tables)."""
+    Those pages run at the same time in a parallel build; computing the tables first, in one
+    worker of the same pool (:func:`_warm_all`), means each cell's records are read once instead
+    of once per page (the cache's lock makes a page that gets there first wait for, not redo, a
+    cell's tables)."""
     from probeguard_core import SEED, cache
     from probeguard_core.release import load_release
 
@@ -433,13 +434,20 @@ def _warm_worker(task: tuple[str, str, str, int]) -> tuple[str, float, str | Non
 RUN_LAST: tuple[str, ...] = ("departures",)
 
 
+def _warm_all(tasks: Sequence[tuple[str, str, str, int]]) -> list[tuple[str, float, str | None]]:
+    """:func:`_warm_worker` for every task, one after the other, in one worker: the tables' imports
+    (pandas, scikit-learn, the readers) are paid once, and the other workers start the pages
+    that need none of these tables meanwhile."""
+    return [_warm_worker(t) for t in tasks]
+
+
 def _run_batches(batches: list[list[tuple[str, str, dict[str, Any], str]]], jobs: int,
                  results: dict[str, NotebookResult], warm: Sequence[tuple[str, str, str, int]] = (),
                  warm_report: list[tuple[str, float, str | None]] | None = None) -> None:
-    """Run the ``warm`` tasks (:func:`_warm_tasks`), then the batches one after the other, each in
-    parallel, on one pool of worker processes (each worker keeps its warm kernel zygote,
-    :mod:`probeguard_core.book.kernels`, for all).  The first batch is queued behind the warm
-    tasks, not after them: a worker free of warm tasks starts a notebook."""
+    """Run the ``warm`` tasks (:func:`_warm_tasks`, together in one worker: :func:`_warm_all`), then
+    the batches one after the other, each in parallel, on one pool of worker processes (each
+    worker keeps its warm kernel zygote, :mod:`probeguard_core.book.kernels`, for all).  The first
+    batch is queued behind the warm tasks, not after them: the other workers start notebooks."""
     if jobs <= 1 or max(map(len, batches), default=0) <= 1:  # one page at a time: the first stores the tables
         for t in (t for batch in batches for t in batch):
             r = _worker(t)
@@ -449,14 +457,15 @@ def _run_batches(batches: list[list[tuple[str, str, dict[str, Any], str]]], jobs
     import multiprocessing as mp
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        warming = [pool.submit(_warm_worker, w) for w in warm]
+        warming = [pool.submit(_warm_all, list(warm))] if warm else []
         for i, batch in enumerate(batches):
             futures = [pool.submit(_worker, t) for t in batch]
             for f in as_completed([*warming, *futures] if i == 0 else futures):
                 if f in warming:
-                    _report_warm(*f.result())
-                    if warm_report is not None:
-                        warm_report.append(f.result())
+                    for w in f.result():
+                        _report_warm(*w)
+                        if warm_report is not None:
+                            warm_report.append(w)
                     continue
                 r = f.result()
                 results[r.name] = r

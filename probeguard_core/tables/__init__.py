@@ -73,7 +73,7 @@ NAMES: dict[str, str] = {
         "appendix_a_prompts", "appendix_e_protocol", "prompts_markdown", "hyperparameter_source", "source_link", "table4", "table9", "violation_counts",
     ], "method"),
     **dict.fromkeys([
-        "DERIVED_CODE", "cell_probe_table", "cell_scores", "cell_signals", "defined_metric", "flip_rows",
+        "DERIVED_CODE", "cell_correct", "cell_features", "cell_probe_table", "cell_scores", "cell_signals", "defined_metric", "flip_rows",
         "per_cell", "rse_keep_score", "s1_correct", "warm_cell_tables",
     ], "scores"),
     **dict.fromkeys([

@@ -16,8 +16,6 @@ from probeguard_core import SEED
 from probeguard_core import metrics as M
 from probeguard_core.claims import CUES, MAX_CLAIMS, TAIL, extract_claims, split_sentences, strip_answer_tags
 from probeguard_core.features import (
-    feature_table,
-    is_correct,
     stratum,
 )
 from probeguard_core.scoring import (
@@ -44,9 +42,10 @@ def ablation_table(cell: CellLike, n_folds: int = 5, seed: int = SEED, gbt: bool
     dropped_family ('' = full score), n_features, value, not_converged_folds`` (folds whose
     lbfgs stopped at ``max_iter``; 0 for GBT).
     """
-    logs = cell.logs
-    X = feature_table(logs, nli=cell.nli)
-    y = np.array([is_correct(log) for log in logs], dtype=bool)
+    from probeguard_core.tables.scores import cell_correct, cell_features
+
+    X = cell_features(cell)
+    y = cell_correct(cell, X.index)
     ab = drop_family_ablation(X, y, n_splits=n_folds, seed=seed)  # each fit single-threaded (process_score)
     swaps = [(v, a, process_score(X, y, model=m, n_splits=n_folds, seed=seed))
              for v, a, m, on in (("scaled logistic (ours)", "scaled_logistic", "logistic_scaled", scaled),

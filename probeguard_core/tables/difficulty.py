@@ -41,12 +41,13 @@ def difficulty_correlations(cell: CellLike, n_folds: int = 5, seed: int = SEED) 
     over the questions where the score is defined), ``abs_rho``, ``n``, and ``trajectory`` (a
     trajectory family). The rationale family is also scored by RSE itself (round 1, ``rse``),
     the quantity §5.1 calls rationale entropy; it is defined on fewer questions (``n``)."""
-    from probeguard_core.features import feature_table, is_correct, load_registry
+    from probeguard_core.features import load_registry
     from probeguard_core.scoring import process_score
+    from probeguard_core.tables.scores import cell_correct, cell_features
 
     logs = cell.logs
-    X = feature_table(logs, nli=cell.nli)
-    y = np.array([is_correct(g) for g in logs], dtype=bool)
+    X = cell_features(cell)
+    y = cell_correct(cell, X.index)
     family_of = {s.name: s.family for s in load_registry()}
     prox = _proxies(logs).loc[X.index]
     scores: dict[str, pd.Series] = {}

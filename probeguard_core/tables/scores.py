@@ -30,7 +30,7 @@ from probeguard_core.scoring import (
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
-    "DERIVED_CODE", "cell_probe_table", "cell_scores", "cell_signals", "defined_metric", "flip_rows", "per_cell",
+    "DERIVED_CODE", "cell_correct", "cell_features", "cell_probe_table", "cell_scores", "cell_signals", "defined_metric", "flip_rows", "per_cell",
     "rse_keep_score", "s1_correct", "warm_cell_tables",
 ]
 
@@ -79,6 +79,19 @@ def cell_signals(cell: CellLike) -> pd.DataFrame:
     """:func:`baselines.signal_table` of a cell (one row per question: the snapshot signals,
     ``rse``, ``keep_rate``, ``correct``, ``stratum``), through :func:`per_cell`."""
     return per_cell(cell, "signal_table", lambda: signal_table(cell), SIGNAL_KINDS)
+
+
+def cell_features(cell: CellLike) -> pd.DataFrame:
+    """The cell's feature table (Appendix B, :func:`features.feature_table` of its logs and NLI
+    records): :meth:`release.Cell.features` for a release cell (once per content of its files),
+    else computed from the cell's records."""
+    return cell.features() if _is_release_cell(cell) else feature_table(cell.logs, nli=cell.nli)  # type: ignore[attr-defined]
+
+
+def cell_correct(cell: CellLike, qids: Any) -> NDArray[np.bool_]:
+    """Whether each question of ``qids`` was answered correctly (:func:`features.is_correct`, the
+    ``correct`` column of :func:`cell_signals`), in that order."""
+    return cell_signals(cell).loc[list(qids), "correct"].to_numpy(dtype=bool)
 
 
 def cell_probe_table(cell: CellLike) -> pd.DataFrame:
@@ -130,7 +143,7 @@ def cell_scores(cell: CellLike, seed: int = SEED, n_folds: int = 5) -> pd.DataFr
     def build() -> pd.DataFrame:
         logs = cell.logs
         sig = cell_signals(cell)
-        X = cell.features() if _is_release_cell(cell) else feature_table(logs, nli=cell.nli)  # type: ignore[attr-defined]
+        X = cell_features(cell)
         sig["process_score"] = process_score(X.loc[sig.index], sig["correct"].to_numpy(), n_splits=n_folds,
                                              seed=seed).to_numpy()
         sig["rse_keep"] = rse_keep_score(sig)
