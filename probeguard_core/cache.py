@@ -158,6 +158,20 @@ def _decode(data: bytes, header: Mapping[str, Any]) -> Any:
     return pd.DataFrame(cols, index=index, columns=header["columns"])
 
 
+_MISS = object()  # what a lookup returns for no usable entry (None may be a cached JSON value)
+
+
+def _get_or_build(folder: Path, key: str, lookup: Callable[[], Any], make: Callable[[], Any]) -> Any:
+    """``lookup()``'s entry, else ``make()`` (which builds and stores it) under the entry's lock,
+    looking once more after the lock is held: another process may have built it meanwhile."""
+    if (hit := lookup()) is not _MISS:
+        return hit
+    with _entry_lock(folder, key):
+        if (hit := lookup()) is not _MISS:
+            return hit
+        return make()
+
+
 @contextmanager
 def _entry_lock(folder: Path, key: str) -> Iterator[None]:
     """Hold ``folder/<key>.lock`` exclusively (``fcntl.flock``) while an entry is built, so that two
@@ -212,13 +226,9 @@ def cached_frame(
                 return _decode(data, header)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # no entry, or an unreadable / altered one: rebuild
-        return None
+        return _MISS
 
-    if (hit := lookup()) is not None:
-        return hit
-    with _entry_lock(folder, key):
-        if (hit := lookup()) is not None:  # built by another process while this one waited
-            return hit
+    def make() -> Any:
         df = build()
         encoded = _encode(df)
         if encoded is not None and _round_trips(df, *encoded):
@@ -231,7 +241,9 @@ def cached_frame(
                 write_bytes_atomic(meta, (json.dumps(header, indent=1, sort_keys=True) + "\n").encode("utf-8"))
             except OSError:
                 pass  # a read-only cache folder only costs speed
-    return df
+        return df
+
+    return _get_or_build(folder, key, lookup, make)
 
 
 def _round_trips(df: Any, data: bytes, header: Mapping[str, Any]) -> bool:
@@ -243,9 +255,9 @@ def _round_trips(df: Any, data: bytes, header: Mapping[str, Any]) -> bool:
     try:
         pd.testing.assert_frame_equal(back, df, check_exact=True, check_index_type=True, check_column_type=True,
                                       check_names=True, check_flags=True)
-    except AssertionError:
+    except AssertionError:  # dtypes (object vs str included) and the index type are compared too
         return False
-    return list(map(str, back.dtypes)) == list(map(str, df.dtypes)) and str(back.index.dtype) == str(df.index.dtype)
+    return True
 
 
 def cached_json(name: str, key_doc: Mapping[str, Any], build: Callable[[], Any],
@@ -258,23 +270,17 @@ def cached_json(name: str, key_doc: Mapping[str, Any], build: Callable[[], Any],
                                     default=str).encode("utf-8")).hexdigest()
     path = cache_dir() / name / f"{key}.json"
 
-    def lookup() -> tuple[bool, Any]:
+    def lookup() -> Any:
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
             body = json.dumps(entry["value"], sort_keys=True)
             if entry.get("key") == key and entry.get("sha256") == hashlib.sha256(body.encode("utf-8")).hexdigest():
-                return True, decode(entry["value"])
+                return decode(entry["value"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
-        return False, None
+        return _MISS
 
-    hit, value = lookup()
-    if hit:
-        return value
-    with _entry_lock(path.parent, key):
-        hit, value = lookup()
-        if hit:
-            return value
+    def make() -> Any:
         value = build()
         plain = encode(value)
         body = json.dumps(plain, sort_keys=True)
@@ -285,4 +291,6 @@ def cached_json(name: str, key_doc: Mapping[str, Any], build: Callable[[], Any],
             write_text_atomic(path, json.dumps(entry, sort_keys=True, indent=1) + "\n")
         except OSError:
             pass
-    return value
+        return value
+
+    return _get_or_build(path.parent, key, lookup, make)

@@ -179,16 +179,6 @@ class Cell:
             return self.release.verified[rel]
         return sha256_file(p)
 
-    def cached_frame(self, name: str, build: Any, kinds: Sequence[str], *, params: dict[str, Any] | None = None,
-                     code: Sequence[str] = (), registry: bool = False) -> Any:
-        """``build()``'s DataFrame, computed once per content of this cell's ``kinds`` files
-        (:func:`probeguard_core.cache.cached_frame`): keyed by their sha256 (an absent kind is
-        part of the key too), ``params``, the source of the ``code`` modules and, with
-        ``registry``, the feature registry (Appendix B)."""
-        from probeguard_core import cache
-
-        return cache.cached_frame(name, self.sources(kinds, registry=registry), build, params=params, code=code)
-
     def sources(self, kinds: Sequence[str], *, registry: bool = False) -> dict[str, str]:
         """``{kind: sha256}`` of this cell's ``kinds`` files (``"absent"`` for a kind it lacks) and,
         with ``registry``, of the feature registry: what a table derived from them is keyed by."""
@@ -210,8 +200,10 @@ class Cell:
         otherwise the files are read and validated strictly and the table is computed (and
         stored).  The table is identical either way.
         """
-        return self.cached_frame("feature_table", self._feature_table, ("logs", "nli"), code=FEATURE_CODE,
-                                 registry=True)
+        from probeguard_core import cache
+
+        return cache.cached_frame("feature_table", self.sources(("logs", "nli"), registry=True), self._feature_table,
+                                  code=FEATURE_CODE)
 
     def _feature_table(self) -> Any:
         """Read and compute: the fast strict read when it accepts both files, else the pydantic readers.

@@ -389,7 +389,7 @@ def run_notebooks(
     results: dict[str, NotebookResult] = {}
     # RUN_LAST notebooks read what the others wrote: a second batch, after the first finished
     batches = [[t for t in tasks if Path(t[0]).stem not in RUN_LAST], [t for t in tasks if Path(t[0]).stem in RUN_LAST]]
-    warm = _warm_tasks(rel_path, entries, params or {})
+    warm = _warm_tasks(rel_path, entries, params or {}) if jobs > 1 else []  # serial: the first page stores them
     _run_batches([b for b in batches if b], jobs, results, warm, warm_report)
     return [results[e.name] for e in entries]
 
@@ -448,7 +448,7 @@ def _run_batches(batches: list[list[tuple[str, str, dict[str, Any], str]]], jobs
     the batches one after the other, each in parallel, on one pool of worker processes (each
     worker keeps its warm kernel zygote, :mod:`probeguard_core.book.kernels`, for all).  The first
     batch is queued behind the warm tasks, not after them: the other workers start notebooks."""
-    if jobs <= 1 or max(map(len, batches), default=0) <= 1:  # one page at a time: the first stores the tables
+    if jobs <= 1 or max(map(len, batches), default=0) <= 1:
         for t in (t for batch in batches for t in batch):
             r = _worker(t)
             results[r.name] = r

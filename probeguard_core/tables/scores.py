@@ -30,8 +30,8 @@ from probeguard_core.scoring import (
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
-    "DERIVED_CODE", "cell_correct", "cell_features", "cell_probe_table", "cell_scores", "cell_signals", "defined_metric", "flip_rows", "per_cell",
-    "rse_keep_score", "s1_correct", "warm_cell_tables",
+    "DERIVED_CODE", "cell_correct", "cell_features", "cell_probe_table", "cell_scores", "cell_signals",
+    "defined_metric", "flip_rows", "per_cell", "rse_keep_score", "s1_correct", "warm_cell_tables",
 ]
 
 #: The modules whose source defines the per-question tables (part of their cache key: editing any
@@ -55,10 +55,7 @@ def per_cell(cell: CellLike | Sequence[CellLike], name: str, build: Any, kinds: 
     cells = list(cell) if isinstance(cell, (list, tuple)) else [cell]
     if not cells or not all(_is_release_cell(c) for c in cells):
         return build()
-    if len(cells) == 1:
-        sources = cells[0].sources(kinds, registry=registry)
-    else:
-        sources = {f"{i}:{k}": v for i, c in enumerate(cells) for k, v in c.sources(kinds, registry=registry).items()}
+    sources = {f"{i}:{k}": v for i, c in enumerate(cells) for k, v in c.sources(kinds, registry=registry).items()}
     return cache.cached_frame(name, sources, build, params={**(params or {}), "roles": [c.role for c in cells]},
                               code=DERIVED_CODE)
 
@@ -158,9 +155,9 @@ def cell_scores(cell: CellLike, seed: int = SEED, n_folds: int = 5) -> pd.DataFr
 def warm_cell_tables(cell: CellLike, seed: int = SEED) -> None:
     """Compute (and store, for a release cell) the per-question tables several pages share:
     :func:`cell_scores` (with :func:`cell_signals` and the feature table), :func:`cell_probe_table`,
-    Appendix J's cost frame and the cell's certification inputs (§3.3).  The book's build runs it once per main cell before the pages."""
+    Appendix J's cost frame and the cell's certification inputs (§3.3).  The book's build runs it
+    once per main cell before the pages."""
     from probeguard_core.tables.appendices import cost_frame
-
     from probeguard_core.tables.certification import certification_inputs
 
     cell_scores(cell, seed=seed)
