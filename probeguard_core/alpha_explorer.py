@@ -172,14 +172,17 @@ def _fmt(v: Any) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{float(v):.3f}"
 
 
-@functools.lru_cache(maxsize=8)
-def _javascript_bundle(snippet: str) -> str:
-    """``vl_convert.javascript_bundle``: Vega, Vega-Lite and Vega-Embed with ``snippet``, inlined
-    (about 2 s a call; deterministic, so a page that writes the same explorer twice, as a file and
-    inline, bundles it once)."""
+@functools.lru_cache(maxsize=1)
+def _javascript_bundle() -> str:
+    """Vega, Vega-Lite and Vega-Embed, inlined (``vl_convert.javascript_bundle``'s default snippet,
+    which assigns ``window.vegaEmbed``): the same for every explorer, so it is built once per
+    ``vl-convert`` version and kept in the artifact cache (about 2.5 s a build)."""
     import vl_convert as vlc
 
-    return vlc.javascript_bundle(snippet)
+    from probeguard_core import cache
+
+    return cache.cached_json("vega_bundle", {"vl_convert": vlc.__version__}, vlc.javascript_bundle,
+                             encode=lambda js: js, decode=str)
 
 
 def explorer_html(pre: pd.DataFrame, initial: float = 0.15, element_id: str = DEFAULT_ID,
@@ -238,7 +241,7 @@ def explorer_html(pre: pd.DataFrame, initial: float = 0.15, element_id: str = DE
         "  root.dataset.ready = 'true';\n"
         "}).catch((err) => { root.dataset.error = String(err); console.error(err); });\n"
     )
-    js = _javascript_bundle(snippet).replace("</script", "<\\/script")
+    bundle, code = (js.replace("</script", "<\\/script") for js in (_javascript_bundle(), snippet))
     frag = (
         f'<div id="{html.escape(element_id)}" class="probeguard-alpha-explorer" data-alpha="{initial:.2f}" '
         f'data-ready="false">\n'
@@ -248,7 +251,9 @@ def explorer_html(pre: pd.DataFrame, initial: float = 0.15, element_id: str = DE
         f'<table class="pg-readout"><thead><tr><th>stratum · score</th><th>certified coverage</th>'
         f'<th>realized risk</th><th>splits certified</th></tr></thead>\n<tbody>{"".join(body)}</tbody></table>\n'
         f'<script type="application/json" class="pg-data">{data_json}</script>\n'
-        f'<script type="module">{js}</script>\n</div>\n'
+        # module scripts run in document order: the bundle defines window.vegaEmbed, then the snippet uses it
+        f'<script type="module">{bundle}</script>\n'
+        f'<script type="module">{code}</script>\n</div>\n'
     )
     if not full_document:
         return frag

@@ -65,6 +65,17 @@ def _run(tmp_path: Path, name: str, **params: object) -> tuple[bb.NotebookResult
     return res, json.loads(out["text"])
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """A working folder whose zygote the tests that need only *a* zygote share (a start is about
+    4 s; a zygote serves one folder): none left from an earlier module at the start, closed at the end."""
+    kernels._close_current()
+    kernels._current = None
+    yield tmp_path_factory.mktemp("shared-zygote")
+    kernels._close_current()
+    kernels._current = None
+
+
 @pytest.fixture
 def fresh_zygote(monkeypatch):
     """No zygote left from an earlier test of this process; the one made here is closed after."""
@@ -85,9 +96,9 @@ def test_split_cmd_only_takes_the_ipykernel_launcher():
     assert kernels._split_cmd(["/usr/bin/R", "--slave"]) is None
 
 
-def test_forked_kernels_are_fresh_namespaces_of_one_zygote(tmp_path, fresh_zygote):
-    r1, a = _run(tmp_path, "first", leave=True)
-    r2, b = _run(tmp_path, "second")
+def test_forked_kernels_are_fresh_namespaces_of_one_zygote(shared):
+    r1, a = _run(shared, "first", leave=True)
+    r2, b = _run(shared, "second")
     assert r1.ok and r2.ok, (r1.error, r2.error)
     z = kernels._current
     assert z is not None and z.ready
@@ -98,13 +109,13 @@ def test_forked_kernels_are_fresh_namespaces_of_one_zygote(tmp_path, fresh_zygot
     assert not b["seen_before"]
     assert a["random"] != b["random"]
     # what ipykernel_launcher would have: the working folder and the launcher as argv[0]
-    assert a["cwd"] == str(tmp_path) and a["argv0"] == "ipykernel_launcher.py"
+    assert a["cwd"] == str(shared) and a["argv0"] == "ipykernel_launcher.py"
 
 
-def test_forked_kernel_matches_a_fresh_kernel(tmp_path, fresh_zygote, monkeypatch):
-    r1, forked = _run(tmp_path, "forked")
+def test_forked_kernel_matches_a_fresh_kernel(shared, monkeypatch):
+    r1, forked = _run(shared, "forked")
     monkeypatch.setenv("PROBEGUARD_FORK_KERNELS", "0")
-    r2, fresh = _run(tmp_path, "fresh")
+    r2, fresh = _run(shared, "fresh")
     assert r1.ok and r2.ok
     assert forked["ppid"] == kernels._current.proc.pid
     assert fresh["ppid"] == os.getpid()  # the usual launch: a child of this process
@@ -114,27 +125,40 @@ def test_forked_kernel_matches_a_fresh_kernel(tmp_path, fresh_zygote, monkeypatc
     assert {k: forked[k] for k in keep} == {k: fresh[k] for k in keep}
 
 
-def test_a_dead_forked_kernel_is_seen_dead_and_retried(tmp_path, fresh_zygote, capsys):
-    res, _ = _run(tmp_path, "dies", die=True)
+def test_a_dead_forked_kernel_is_seen_dead_and_retried(shared, capsys):
+    res, _ = _run(shared, "dies", die=True)
     assert not res.ok
     assert "DeadKernelError" in res.error or "Kernel died" in res.error, res.error
     assert "retrying once on a fresh kernel" in capsys.readouterr().out
     # the zygote is still serving after its child died
-    r, ok = _run(tmp_path, "after")
+    r, ok = _run(shared, "after")
     assert r.ok and ok["ppid"] == kernels._current.proc.pid
 
 
-def test_another_environment_gets_another_zygote_but_not_another_test_name(tmp_path, fresh_zygote, monkeypatch):
+def test_waiting_for_a_forked_kernel_without_a_timeout(shared):
+    import signal
+
+    _run(shared, "waits")
+    k = kernels._current.fork(["--version"], dict(os.environ))  # ipykernel prints its version and exits
+    assert k.wait() == 0 and k.poll() == 0
+    k2 = kernels._current.fork(["-f", str(shared / "never.json")], dict(os.environ))
+    with pytest.raises(__import__("subprocess").TimeoutExpired):
+        k2.wait(timeout=0.2)
+    k2.send_signal(signal.SIGKILL)
+    assert k2.wait() == -signal.SIGKILL
+
+
+def test_another_environment_gets_another_zygote_but_not_another_test_name(shared, monkeypatch):
     """A changed variable gets a new zygote (an import-time setting is never stale); pytest's
     PYTEST_CURRENT_TEST, renamed for every test, does not, and each kernel sees its exact value."""
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::one (call)")
-    _, a = _run(tmp_path, "a")
+    _, a = _run(shared, "a")
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::two (call)")
-    _, b = _run(tmp_path, "b")
+    _, b = _run(shared, "b")
     assert (a["current_test"], b["current_test"]) == ("tests/x.py::one (call)", "tests/x.py::two (call)")
     assert a["ppid"] == b["ppid"]
     monkeypatch.setenv("PROBEGUARD_KERNEL_TEST", "changed")
-    _, c = _run(tmp_path, "c")
+    _, c = _run(shared, "c")
     assert c["env"] == "changed"
     assert b["ppid"] != c["ppid"] == kernels._current.proc.pid
 
@@ -205,16 +229,3 @@ def test_a_zygote_that_declined_is_not_tried_again_for_the_same_kernels():
     assert not z.serves(["/py"], "/w", {"A": "2"})
     z.ready = True
     assert not z.serves(["/py"], "/w", {"A": "1"})  # a ready zygote that died is replaced
-
-
-def test_waiting_for_a_forked_kernel_without_a_timeout(tmp_path, fresh_zygote):
-    import signal
-
-    _run(tmp_path, "one")
-    k = kernels._current.fork(["--version"], dict(os.environ))  # ipykernel prints its version and exits
-    assert k.wait() == 0 and k.poll() == 0
-    k2 = kernels._current.fork(["-f", str(tmp_path / "never.json")], dict(os.environ))
-    with pytest.raises(__import__("subprocess").TimeoutExpired):
-        k2.wait(timeout=0.2)
-    k2.send_signal(signal.SIGKILL)
-    assert k2.wait() == -signal.SIGKILL
