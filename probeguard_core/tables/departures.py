@@ -131,12 +131,16 @@ def _source_of(rows: pd.DataFrame, reported: pd.DataFrame) -> list[str]:
     """The paper's source of each row: the sources whose cell at the row's keys holds the row's
     paper value; a CSV's rows share the one source common to all of them when there is one."""
     keys = [c for c in ("quantity", *_KEYS) if c in rows.columns]
+    values = reported["value"].to_numpy(dtype=float)
+    columns = {c: reported[c].to_numpy(dtype=object) for c in keys}
+    sources = reported["source"].to_numpy(dtype=object)
     per_row: list[list[str]] = []
     for r in rows.to_dict("records"):
-        m = (reported["value"].sub(float(r["paper"])).abs() < 1e-9).to_numpy().copy()
+        # the reported rows holding the row's paper value, then those agreeing on every key
+        hit = np.flatnonzero(np.abs(values - float(r["paper"])) < 1e-9)
         for c in keys:
-            m &= np.array([_same(r[c], v) for v in reported[c]], dtype=bool)
-        per_row.append(list(dict.fromkeys(reported.loc[m, "source"])))
+            hit = hit[[_same(r[c], v) for v in columns[c][hit]]] if len(hit) else hit
+        per_row.append(list(dict.fromkeys(sources[hit])))
     common = set(per_row[0]) if per_row else set()
     for s in per_row[1:]:
         common &= set(s)
