@@ -143,12 +143,39 @@ class Cell:
         return L.read_logs(p)
 
     @cached_property
+    def _fast(self) -> tuple[list[Any], list[Any] | None] | None:
+        """:func:`probeguard_core.fastread.read_cell` of the logs and NLI files: validated structs
+        with the strict readers' fields and values, or None when it declines (the strict readers
+        then raise the error or return the same records), when the cell has no logs, or when the
+        strict readers have read the logs or NLI in this process already."""
+        from probeguard_core import fastread
+
+        if not self.has("logs") or "logs" in self.__dict__ or "nli" in self.__dict__:
+            return None
+        return fastread.read_cell(self.file("logs"), self.file("nli"))
+
+    def records(self) -> tuple[list[Any], list[Any] | None]:
+        """``(logs, nli)`` to compute a table from: the fast strict reader's structs when it accepts
+        both files, else :attr:`logs` and :attr:`nli` (the pydantic models, which raise any
+        error).  Every derived table (features, signals, costs, certification inputs) reads these:
+        the same values either way, and a cell's pydantic records are built only when asked for."""
+        fast = self._fast
+        return fast if fast is not None else (self.logs, self.nli)
+
+    def _join_logs(self) -> list[Any]:
+        """The logs that another artifact's records are checked against (the fast reader's when it
+        accepted the logs and NLI files, else :attr:`logs`)."""
+        fast = self._fast
+        return fast[0] if fast is not None else self.logs
+
+    @cached_property
     def probe(self) -> list[L.ProbeRecord] | None:
         p = self.file("probe")
         if p is None:
             return None
-        recs = L.read_probe(p, logs=self.logs)
-        check_records_join(recs, self.logs, p, "probe")
+        logs = self._join_logs()
+        recs = L.read_probe(p, logs=logs)
+        check_records_join(recs, logs, p, "probe")
         return recs
 
     @cached_property
@@ -156,8 +183,9 @@ class Cell:
         p = self.file("nli")
         if p is None:
             return None
-        recs = L.read_nli(p, logs=self.logs)
-        check_records_join(recs, self.logs, p, "NLI")
+        logs = self._join_logs()
+        recs = L.read_nli(p, logs=logs)
+        check_records_join(recs, logs, p, "NLI")
         return recs
 
     @cached_property
@@ -166,7 +194,7 @@ class Cell:
         if p is None:
             return None
         recs = L.read_self_report(p)
-        check_records_join(recs, self.logs, p, "self-report")
+        check_records_join(recs, self._join_logs(), p, "self-report")
         return recs
 
     def sha256(self, kind: str) -> str | None:
@@ -206,20 +234,12 @@ class Cell:
                                   code=FEATURE_CODE)
 
     def _feature_table(self) -> Any:
-        """Read and compute: the fast strict read when it accepts both files, else the pydantic readers.
-
-        :func:`probeguard_core.fastread.read_cell` only accepts files the strict readers accept
-        (with the same records), so the table and every error are theirs.
-        """
-        from probeguard_core import fastread
+        """Read and compute, from :meth:`records` (the fast strict read when it accepts both
+        files, else the pydantic readers: the table and every error are theirs)."""
         from probeguard_core import features as F
 
-        if "logs" not in self.__dict__ and "nli" not in self.__dict__:  # not read yet in this process
-            with fastread.gc_paused():
-                fast = fastread.read_cell(self.file("logs"), self.file("nli")) if self.has("logs") else None
-                if fast is not None:
-                    return F.feature_table(*fast)
-        return F.feature_table(self.logs, self.nli)
+        with L.gc_paused():
+            return F.feature_table(*self.records())
 
     def probe_by_arm(self, arm: str = "counter_evidence") -> list[L.ProbeRecord]:
         if arm not in L.ARMS:

@@ -68,10 +68,10 @@ def cost_frame(cell: CellLike, arm: str = "counter_evidence") -> pd.DataFrame:
     imputed), ``stratum``, ``probed`` (an ``arm`` probe record exists), ``probe_cost``,
     ``probe_wall_s`` and ``probe_tokens`` (that record's, NaN without one).  Through
     :func:`tables.scores.per_cell` (a release cell reads its logs and probe records once)."""
-    from probeguard_core.tables.scores import per_cell
+    from probeguard_core.tables.scores import cell_records, per_cell
 
     def build() -> pd.DataFrame:
-        logs = cell.logs
+        logs = cell_records(cell)[0]
         pr = {r.qid: r for r in cell.probe_by_arm(arm)}
         sub = [log.cost for log in logs]
         prc = [pr[log.qid].cost if log.qid in pr else None for log in logs]

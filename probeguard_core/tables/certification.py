@@ -46,15 +46,16 @@ def certification_inputs(cells: Sequence[CellLike]) -> pd.DataFrame:
     ``score_augmented`` standardizes over the union of the layers of each dataset (main plus
     augmentation pool): the score of §4.4's augmented arm, which may extend the population.
     Through :func:`tables.scores.per_cell` (release cells compute it once per content of their files)."""
-    from probeguard_core.tables.scores import per_cell
+    from probeguard_core.tables.scores import cell_records, per_cell
 
     def build() -> pd.DataFrame:
         logs, probe, nli, role = [], [], [], []
         for c in cells:
-            logs += list(c.logs)
+            c_logs, c_nli = cell_records(c)
+            logs += list(c_logs)
             probe += list(c.probe or [])
-            nli += list(c.nli or [])
-            role += [c.role] * len(c.logs)
+            nli += list(c_nli or [])
+            role += [c.role] * len(c_logs)
         df = stratum_scores(logs, probe_records=probe, nli=nli, layers=role)
         df["score_augmented"] = pooled_layer_scores(df)
         df["error"] = ~df["correct"].to_numpy(dtype=bool)

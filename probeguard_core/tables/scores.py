@@ -72,10 +72,21 @@ def _is_release_cell(cell: CellLike) -> bool:
 SIGNAL_KINDS: tuple[str, ...] = ("logs", "self_report", "nli", "probe")
 
 
+def cell_records(cell: CellLike) -> tuple[list[Any], list[Any] | None]:
+    """``(logs, nli)`` of a cell to compute from: :meth:`release.Cell.records` for a release cell
+    (the fast strict reader's structs when it accepts the files, same values), else the cell's
+    own ``logs`` and ``nli``."""
+    return cell.records() if _is_release_cell(cell) else (cell.logs, getattr(cell, "nli", None))  # type: ignore[attr-defined]
+
+
 def cell_signals(cell: CellLike) -> pd.DataFrame:
     """:func:`baselines.signal_table` of a cell (one row per question: the snapshot signals,
     ``rse``, ``keep_rate``, ``correct``, ``stratum``), through :func:`per_cell`."""
-    return per_cell(cell, "signal_table", lambda: signal_table(cell), SIGNAL_KINDS)
+    def build() -> pd.DataFrame:
+        logs, nli = cell_records(cell)
+        return signal_table(logs, getattr(cell, "self_report", None), nli, getattr(cell, "probe", None))
+
+    return per_cell(cell, "signal_table", build, SIGNAL_KINDS)
 
 
 def cell_features(cell: CellLike) -> pd.DataFrame:
@@ -138,7 +149,7 @@ def cell_scores(cell: CellLike, seed: int = SEED, n_folds: int = 5) -> pd.DataFr
     Through :func:`per_cell` (a release cell computes it once per content of its files).
     """
     def build() -> pd.DataFrame:
-        logs = cell.logs
+        logs = cell_records(cell)[0]
         sig = cell_signals(cell)
         X = cell_features(cell)
         sig["process_score"] = process_score(X.loc[sig.index], sig["correct"].to_numpy(), n_splits=n_folds,
