@@ -34,6 +34,14 @@ _HEAVY_FIRST = ("test_real_release.py", "test_book_foreign_release.py", "test_bo
                 "test_pipeline_resume.py", "test_binder.py")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist sorts loadscope / loadgroup units by their number of tests, largest first
+    # (--loadscope-reorder, on by default): the one-test, three-minute regeneration was handed
+    # out last and set the suite's wall time.  Keep the order _HEAVY_FIRST gives the collection.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:

@@ -20,3 +20,11 @@ def test_an_explicit_group_replaces_the_module_group(request: pytest.FixtureRequ
     assert _group_of(request.node) == "release-example"
     if getattr(request.config.option, "loadgroup", False):
         assert request.node.nodeid.endswith("@release-example"), request.node.nodeid
+
+
+def test_units_are_handed_out_in_the_collection_order(request: pytest.FixtureRequest) -> None:
+    """conftest's _HEAVY_FIRST order reaches the scheduler: xdist's own reordering (by number of
+    tests per unit) is off, or the longest single test would start last."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not running under pytest-xdist --dist loadgroup (make test does)")
+    assert request.config.option.loadscopereorder is False
