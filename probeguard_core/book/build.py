@@ -440,15 +440,22 @@ def _warm_all(tasks: Sequence[tuple[str, str, str, int]]) -> list[tuple[str, flo
     that need none of these tables meanwhile.  After the first cell, what it imported is frozen
     out of the garbage collector (as in the kernels' zygote): the full collections each cell's
     records set off then walk only that cell's objects, not every imported module (about 3 s of
-    the eight main cells' 23 s)."""
+    the eight main cells' 23 s).  The worker's environment is restored afterwards (scikit-learn's
+    import sets ``KMP_*`` variables): the kernels it starts next get what they would have got
+    without these tables, and share the other workers' zygote."""
     import gc
 
+    env = dict(os.environ)
     done = []
-    for i, t in enumerate(tasks):
-        done.append(_warm_worker(t))
-        if i == 0:
-            gc.collect()
-            gc.freeze()
+    try:
+        for i, t in enumerate(tasks):
+            done.append(_warm_worker(t))
+            if i == 0:
+                gc.collect()
+                gc.freeze()
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
     return done
 
 
@@ -456,8 +463,8 @@ def _run_batches(batches: list[list[tuple[str, str, dict[str, Any], str]]], jobs
                  results: dict[str, NotebookResult], warm: Sequence[tuple[str, str, str, int]] = (),
                  warm_report: list[tuple[str, float, str | None]] | None = None) -> None:
     """Run the ``warm`` tasks (:func:`_warm_tasks`, together in one worker: :func:`_warm_all`), then
-    the batches one after the other, each in parallel, on one pool of worker processes (each
-    worker keeps its warm kernel zygote, :mod:`probeguard_core.book.kernels`, for all).  The first
+    the batches one after the other, each in parallel, on one pool of worker processes (the
+    workers share one warm kernel zygote, :mod:`probeguard_core.book.kernels`, for all).  The first
     batch is queued behind the warm tasks, not after them: the other workers start notebooks."""
     if jobs <= 1 or max(map(len, batches), default=0) <= 1:
         for t in (t for batch in batches for t in batch):
@@ -466,21 +473,31 @@ def _run_batches(batches: list[list[tuple[str, str, dict[str, Any], str]]], jobs
             _report(r)
         return
     import multiprocessing as mp
+    import shutil
+    import tempfile
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        warming = [pool.submit(_warm_all, list(warm))] if warm else []
-        for i, batch in enumerate(batches):
-            futures = [pool.submit(_worker, t) for t in batch]
-            for f in as_completed([*warming, *futures] if i == 0 else futures):
-                if f in warming:
-                    for w in f.result():
-                        _report_warm(*w)
-                        if warm_report is not None:
-                            warm_report.append(w)
-                    continue
-                r = f.result()
-                results[r.name] = r
-                _report(r)
+    from probeguard_core.book import kernels
+
+    # the workers share one kernel zygote (kernels.share_zygotes): its imports are paid once
+    share = tempfile.mkdtemp(prefix="probeguard-zygote-")
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"), initializer=kernels.share_zygotes,
+                                 initargs=(share,)) as pool:
+            warming = [pool.submit(_warm_all, list(warm))] if warm else []
+            for i, batch in enumerate(batches):
+                futures = [pool.submit(_worker, t) for t in batch]
+                for f in as_completed([*warming, *futures] if i == 0 else futures):
+                    if f in warming:
+                        for w in f.result():
+                            _report_warm(*w)
+                            if warm_report is not None:
+                                warm_report.append(w)
+                        continue
+                    r = f.result()
+                    results[r.name] = r
+                    _report(r)
+    finally:
+        shutil.rmtree(share, ignore_errors=True)
 
 
 def _report_warm(label: str, wall_s: float, error: str | None) -> None:

@@ -38,6 +38,7 @@ wake-up costs half a second, not the cell timeout.
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import select
@@ -166,13 +167,38 @@ class Zygote:
     """A process that has imported :data:`PRELOAD` and forks kernels on request (one per
     build process; talks JSON lines over a socket pair)."""
 
-    def __init__(self, prefix: list[str], cwd: str, env: dict[str, str]):
+    def __init__(self, prefix: list[str], cwd: str, env: dict[str, str], listen: str | None = None):
+        """Start a zygote for kernels of ``prefix`` in ``cwd`` with ``env``; with ``listen``, it
+        also accepts connections from other processes on that unix socket path
+        (:meth:`connect`), and runs until the last connection closes."""
         self.prefix, self.cwd, self.env = list(prefix), cwd, _stable_env(env)
         ours, theirs = socket.socketpair()
-        self.proc = subprocess.Popen([*prefix, "-m", __name__, str(theirs.fileno())], cwd=cwd, env=env,
-                                     pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        argv = [*prefix, "-m", __name__, str(theirs.fileno()), *([listen] if listen else [])]
+        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            argv, cwd=cwd, env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         theirs.close()
-        self.sock, self.file = ours, ours.makefile("rwb")
+        self.listen = listen
+        self._attach(ours)
+        self.pid = self.proc.pid
+
+    @classmethod
+    def connect(cls, info: dict[str, Any]) -> Zygote:
+        """A client of a zygote another process started with ``listen`` (``info``: what
+        :func:`zygote_for` recorded of it: ``path``, ``pid``, ``prefix``, ``cwd``, ``env``)."""
+        z = cls.__new__(cls)
+        z.prefix, z.cwd, z.env, z.proc, z.pid = list(info["prefix"]), info["cwd"], dict(info["env"]), None, int(info["pid"])
+        z.listen = str(info["path"])
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(info["path"])
+            z._attach(sock)
+        except (OSError, RuntimeError, ValueError):
+            sock.close()
+            raise
+        return z
+
+    def _attach(self, sock: socket.socket) -> None:
+        self.sock, self.file = sock, sock.makefile("rwb")
         self.lock = threading.Lock()
         hello = self._read()
         self.ready = bool(hello.get("ready"))
@@ -191,7 +217,13 @@ class Zygote:
             return self._read()
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:  # a zygote this process connected to: another process's child
+            os.kill(self.pid, 0)
+        except OSError:
+            return False
+        return self.file is not None and not self.file.closed
 
     def serves(self, prefix: list[str], cwd: str, env: dict[str, str]) -> bool:
         """Whether this zygote answers for that kernel command, folder and environment. One that
@@ -210,20 +242,75 @@ class Zygote:
         return self._ask(op="status", pid=pid).get("code")
 
     def close(self) -> None:
+        """Close this process's connection: the zygote stops the kernels forked for it, and exits
+        once no connection is left (so an owner's close waits for it only when it is alone)."""
         try:
-            self.file.close()  # EOF (the file holds the socket open too): the zygote stops its kernels and exits
+            self.file.close()  # EOF (the file holds the socket open too)
             self.sock.close()
+        except OSError:
+            pass
+        if self.proc is None or self.listen is not None:
+            return
+        try:
             self.proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             self.proc.kill()
 
 
 _current: Zygote | None = None
+#: A folder where the processes of one build share one zygote (:func:`share_zygotes`), or None.
+_share_dir: str | None = None
+_serial = itertools.count()
+
+
+def share_zygotes(folder: str | os.PathLike[str] | None) -> None:
+    """Let this process share a zygote with the other processes given the same ``folder`` (the
+    book build's worker processes: its pool initializer).  The first that needs one starts it,
+    listening on a socket in ``folder``, and records what it serves; the others connect to it
+    when it serves their kernels exactly (same command, folder and environment), else start
+    their own.  Each zygote start costs a few seconds of imports; a build then pays one."""
+    global _share_dir
+    _share_dir = None if folder is None else os.fspath(folder)
+
+
+def _shared_zygote(prefix: list[str], cwd: str, env: dict[str, str]) -> Zygote:
+    """The zygote of :data:`_share_dir` that serves these kernels (connected to, or started and
+    recorded there), under a lock held across the start: a second process waits for it."""
+    import fcntl
+
+    folder = _share_dir
+    assert folder is not None
+    info_path = os.path.join(folder, "zygote.json")
+    with open(os.path.join(folder, "zygote.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(info_path, encoding="utf-8") as fh:
+                info = json.load(fh)
+        except (OSError, ValueError):
+            info = None
+        if info and info["prefix"] == prefix and info["cwd"] == cwd and info["env"] == _stable_env(env):
+            try:
+                z = Zygote.connect(info)
+                if z.ready:
+                    return z
+                z.close()
+            except (OSError, RuntimeError, ValueError):  # it has exited: start the next one
+                pass
+        path = os.path.join(folder, f"z-{os.getpid()}-{next(_serial)}.sock")
+        if len(os.fsencode(path)) > 100:  # a unix socket path's limit (108 bytes on Linux): this process's own zygote
+            return Zygote(prefix, cwd, env)
+        z = Zygote(prefix, cwd, env, listen=path)
+        if z.ready:
+            tmp = info_path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"prefix": prefix, "cwd": cwd, "env": z.env, "path": path, "pid": z.pid}, fh)
+            os.replace(tmp, info_path)
+        return z
 
 
 def zygote_for(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[Zygote, list[str]] | None:
-    """This process's zygote for a kernel command (started or replaced as needed) and the
-    launcher arguments, or ``None`` when the kernel must start the usual way."""
+    """This process's zygote for a kernel command (started, connected to or replaced as needed)
+    and the launcher arguments, or ``None`` when the kernel must start the usual way."""
     global _current
     split = _split_cmd(cmd)
     if split is None or not enabled():
@@ -234,7 +321,7 @@ def zygote_for(cmd: list[str], cwd: str, env: dict[str, str]) -> tuple[Zygote, l
         _current = None
     if _current is None:
         try:
-            _current = Zygote(prefix, cwd, env)
+            _current = _shared_zygote(prefix, cwd, env) if _share_dir else Zygote(prefix, cwd, env)
         except (OSError, RuntimeError, ValueError) as exc:
             print(f"probeguard kernels: no warm kernels ({exc}); starting kernels the usual way", file=sys.stderr)
             return None
@@ -338,11 +425,12 @@ def _as_imported_in_a_kernel() -> None:
         pd.set_option("display.max_columns", 20)
 
 
-def _become_kernel(conn: socket.socket, args: list[str], env: dict[str, str]) -> None:
+def _become_kernel(socks: list[socket.socket], args: list[str], env: dict[str, str]) -> None:
     """In a forked child: become ``python -m ipykernel_launcher ARGS``; never returns."""
     import random
 
-    conn.close()
+    for sock in socks:  # the zygote's connections and listener are not the kernel's
+        sock.close()
     os.setsid()
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
@@ -365,15 +453,32 @@ def _become_kernel(conn: socket.socket, args: list[str], env: dict[str, str]) ->
     sys.exit(0)
 
 
-def _serve(fd: int) -> None:
-    """The zygote: import :data:`PRELOAD`, say whether forking is safe, then fork kernels."""
-    conn = socket.socket(fileno=fd)
-    stream = conn.makefile("rwb")
+class _Conn:
+    """One client of the zygote (JSON lines over a socket) and the kernels forked for it."""
 
-    def say(**msg: Any) -> None:
-        stream.write(json.dumps(msg).encode() + b"\n")
-        stream.flush()
+    def __init__(self, sock: socket.socket):
+        self.sock, self.stream, self.kernels = sock, sock.makefile("rwb"), set()
 
+    def say(self, **msg: Any) -> None:
+        self.stream.write(json.dumps(msg).encode() + b"\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """The client has gone: stop its kernels."""
+        for pid in self.kernels:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except OSError:
+                pass
+        self.stream.close()
+        self.sock.close()
+
+
+def _serve(fd: int, listen: str | None = None) -> None:
+    """The zygote: import :data:`PRELOAD`, say whether forking is safe, then fork kernels for
+    its first client (``fd``) and, with ``listen``, for any process that connects to that unix
+    socket; it exits when its last client has gone."""
+    first = _Conn(socket.socket(fileno=fd))
     # as ipykernel_launcher does: the working folder is importable as '' (IPython's init_path)
     if sys.path and sys.path[0] in ("", os.getcwd()):
         del sys.path[0]
@@ -384,10 +489,10 @@ def _serve(fd: int) -> None:
     try:
         loaded = _preload()
     except Exception as exc:  # a module that fails to import: kernels start the usual way
-        say(ready=False, why_not=f"preloading failed: {type(exc).__name__}: {exc}")
+        first.say(ready=False, why_not=f"preloading failed: {type(exc).__name__}: {exc}")
         return
     if threading.active_count() != 1:
-        say(ready=False, why_not=f"{threading.active_count()} threads after the imports (a fork copies one)")
+        first.say(ready=False, why_not=f"{threading.active_count()} threads after the imports (a fork copies one)")
         return
     # The preloaded modules' objects live as long as any kernel: moved out of the collector's
     # generations, a kernel's full collections no longer walk them (about a tenth of the
@@ -396,51 +501,73 @@ def _serve(fd: int) -> None:
 
     gc.collect()
     gc.freeze()
-    say(ready=True, preloaded=loaded, pid=os.getpid())
+    listener = None
+    if listen:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(listen)
+            listener.listen(8)
+        except OSError as exc:
+            first.say(ready=False, why_not=f"cannot listen on {listen}: {exc}")
+            return
+    hello = {"ready": True, "preloaded": loaded, "pid": os.getpid()}
+    first.say(**hello)
+    clients: dict[socket.socket, _Conn] = {first.sock: first}
     codes: dict[int, int] = {}
-    children: set[int] = set()
+    owner: dict[int, _Conn] = {}  # kernel pid -> the client it was forked for
 
     def reap() -> None:
-        while children:
+        while owner:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            children.discard(pid)
+            owner.pop(pid).kernels.discard(pid)
             codes[pid] = os.waitstatus_to_exitcode(status)
 
-    while True:
-        ready, _, _ = select.select([conn], [], [], 0.5)
-        reap()
-        if not ready:
-            continue
-        line = stream.readline()
-        if not line:  # the build process has gone: stop its kernels
-            for pid in children:
-                try:
-                    os.killpg(pid, signal.SIGTERM)
-                except OSError:
-                    pass
-            return
-        req = json.loads(line)
-        if req.get("op") == "fork":
-            pid = os.fork()
-            if pid == 0:
-                _become_kernel(conn, list(req["args"]), dict(req["env"]))
-            children.add(pid)
-            say(pid=pid)
-        elif req.get("op") == "status":
-            pid = int(req["pid"])
-            if pid in children:
-                _, status = os.waitpid(pid, 0)  # its pidfd said it exited: this does not block
-                children.discard(pid)
-                codes[pid] = os.waitstatus_to_exitcode(status)
-            say(code=codes.pop(pid, None))
-        else:
-            say(error=f"unknown request {req.get('op')!r}")
+    try:
+        while clients:
+            ready, _, _ = select.select([*clients, *([listener] if listener else [])], [], [], 0.5)
+            reap()
+            for sock in ready:
+                if sock is listener:
+                    conn = _Conn(listener.accept()[0])
+                    clients[conn.sock] = conn
+                    conn.say(**hello)
+                    continue
+                client = clients[sock]
+                line = client.stream.readline()
+                if not line:  # that process has gone: stop its kernels
+                    del clients[sock]
+                    client.close()
+                    continue
+                req = json.loads(line)
+                if req.get("op") == "fork":
+                    pid = os.fork()
+                    if pid == 0:
+                        _become_kernel([*clients, *([listener] if listener else [])], list(req["args"]), dict(req["env"]))
+                    owner[pid] = client
+                    client.kernels.add(pid)
+                    client.say(pid=pid)
+                elif req.get("op") == "status":
+                    pid = int(req["pid"])
+                    if pid in owner:
+                        _, status = os.waitpid(pid, 0)  # its pidfd said it exited: this does not block
+                        owner.pop(pid).kernels.discard(pid)
+                        codes[pid] = os.waitstatus_to_exitcode(status)
+                    client.say(code=codes.pop(pid, None))
+                else:
+                    client.say(error=f"unknown request {req.get('op')!r}")
+    finally:  # in the zygote only: a kernel forked inside this loop leaves through it too
+        if listener is not None and os.getpid() == hello["pid"]:
+            listener.close()
+            try:
+                os.unlink(listen)  # type: ignore[arg-type]
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]))
+    _serve(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None)
