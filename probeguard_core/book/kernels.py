@@ -10,6 +10,13 @@ one child per kernel. A child is a new process, with its own empty namespace and
 session and process group, that becomes ``ipykernel_launcher`` with the connection file of the
 kernel manager that asked; it shares only the imported modules (copy-on-write) with its siblings.
 
+The worker processes of one build share one zygote (:func:`share_zygotes`, which
+``probeguard_core.book.build`` passes to its process pool as the initializer): the first worker
+that needs a kernel starts the zygote listening on a unix socket in the build's folder and
+records what it serves (command, folder, environment); the others connect to it when it serves
+their kernels exactly, and otherwise start their own. A zygote stops the kernels it forked for a
+process when that process goes, and exits when the last one has gone.
+
 What a forked kernel shares with the zygote that a fresh one would not: the modules' import-time
 state (a warning shown once at import is not shown again) and the hash seed. Import-time
 decisions that depend on running under a kernel are kept out or redone: ``matplotlib_inline``
@@ -57,7 +64,7 @@ from traitlets import Type, default
 
 __all__ = [
     "PER_KERNEL_ENV", "POLL_SLICE_S", "PRELOAD", "PRESENCE_ONLY_ENV", "ForkedKernel", "SlicedPollChannel", "SlicedPollClient", "Zygote",
-    "enabled", "manager_class", "zygote_for",
+    "enabled", "manager_class", "share_zygotes", "zygote_for",
 ]
 
 #: Imported by the zygote before it forks (each one only if installed): what the book's
@@ -164,8 +171,9 @@ class ForkedKernel:
 
 
 class Zygote:
-    """A process that has imported :data:`PRELOAD` and forks kernels on request (one per
-    build process; talks JSON lines over a socket pair)."""
+    """A process that has imported :data:`PRELOAD` and forks kernels on request (JSON lines over a
+    socket pair with the process that started it, and over a unix socket with the processes that
+    connect to it, :meth:`connect`)."""
 
     def __init__(self, prefix: list[str], cwd: str, env: dict[str, str], listen: str | None = None):
         """Start a zygote for kernels of ``prefix`` in ``cwd`` with ``env``; with ``listen``, it
