@@ -29,7 +29,8 @@ from probeguard_core.release import backbone_slug
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "data" / "simulated-v1"
 
-__all__ = ["SHIPPED", "FOREIGN", "mistral_medqa", "pubmedqa_logs_only", "two_datasets", "write_cell", "write_design_manifest"]
+__all__ = ["SHIPPED", "FOREIGN", "REFERENCE_CELLS", "mistral_medqa", "pubmedqa_logs_only", "shipped_reference", "two_datasets",
+           "write_cell", "write_design_manifest"]
 
 
 def _sha256(p: Path) -> str:
@@ -114,6 +115,32 @@ def two_datasets(base: Path) -> Path:
             write_cell(root, _source(ds, "qwen3-8b"), dataset=ds, backbone="FreedomIntelligence/HuatuoGPT-o1-8B",
                        n=250, seed=seed, artifacts=("logs", "probe", "nli", "self_report"))
         write_design_manifest(root, "lab-z-two-benchmarks")
+    return root
+
+
+#: The shipped cells the foreign releases resemble: the reference run's release.
+REFERENCE_CELLS: tuple[str, ...] = ("medqa/qwen3-8b", "mmlu_pro_med/qwen3-8b", "medqa-augment/qwen3-8b")
+
+
+def shipped_reference(base: Path) -> Path:
+    """The shipped release restricted to :data:`REFERENCE_CELLS`: those cells' files (and the
+    datasheet) copied byte for byte, the manifest's other fields kept and its ``cells`` and
+    ``files`` lists restricted to them.  Its pages compute from the shipped records; those that
+    read every main cell read these two, not the other six."""
+    import shutil
+
+    root = base / "shipped-reference"
+    if not (root / "manifest.json").is_file():
+        m = json.loads((SHIPPED / "manifest.json").read_text(encoding="utf-8"))
+        cells = [c for c in m["cells"] if c["path"] in REFERENCE_CELLS]
+        assert len(cells) == len(REFERENCE_CELLS), "a reference cell is not in the shipped release"
+        files = {f: h for f, h in m["files"].items()
+                 if f == "DATASHEET.md" or any(f.startswith(c + "/") for c in REFERENCE_CELLS)}
+        for f in files:
+            (root / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(SHIPPED / f, root / f)
+        (root / "manifest.json").write_text(json.dumps(m | {"cells": cells, "files": files}, indent=1) + "\n",
+                                            encoding="utf-8")
     return root
 
 

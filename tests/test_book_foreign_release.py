@@ -8,7 +8,8 @@ notebook at its small test parameters, and the first one through the full ``jupy
 build (warnings as errors). Every notebook must succeed and write its registered outputs, say
 "real" and the release's name in its provenance banner, show a visible note where an input
 is absent, and show numbers that differ from the same notebook run on the shipped simulated
-release.
+release (its MedQA and MMLU-Pro medicine cells of Qwen3-8B, the ones the foreign releases are
+made from: ``foreign_release.shipped_reference``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from book_fixtures import REPO, book_copy, once_per_session
-from foreign_release import FOREIGN, SHIPPED
+from foreign_release import FOREIGN, SHIPPED, shipped_reference
 
 from probeguard_core import book_build as bb
 from probeguard_core.release import load_release
@@ -35,7 +36,8 @@ pytestmark = [pytest.mark.notebook, pytest.mark.slow]
 _ONLY = [n for n in os.environ.get("PROBEGUARD_TEST_ONLY_NOTEBOOKS", "").split(",") if n]
 ENTRIES = [e for e in bb.load_registry(REPO) if not _ONLY or e.name in _ONLY]
 PER_NOTEBOOK = {e.name: dict(e.test_params) for e in ENTRIES}
-#: The shipped release, restricted to the cells the foreign ones resemble (keeps the reference run short).
+#: The reference run's parameters: the cells the foreign releases resemble, which are also the only
+#: cells of its release (foreign_release.shipped_reference: the shipped release restricted to them).
 REFERENCE = {"dataset": "medqa", "backbone": "Qwen/Qwen3-8B", "datasets": ["medqa", "mmlu_pro_med"],
              "backbones": ["Qwen/Qwen3-8B"], "table3_datasets": ["medqa"], "pooled_datasets": ["medqa", "mmlu_pro_med"]}
 #: results.json keys that echo a parameter or name the cell, rather than report something of the release.
@@ -81,7 +83,7 @@ def _make_run(name: str, folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"html": None}
     with _with_root(root):
         if name == "shipped":
-            rel, gen = SHIPPED, folder / "gen"
+            rel, gen = shipped_reference(folder / "releases"), folder / "gen"
             res = bb.run_notebooks(rel, jobs=2, params=REFERENCE, per_notebook=_reading(gen), generated=gen, root=root,
                                    only=_ONLY or None)
         else:
