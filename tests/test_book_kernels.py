@@ -163,23 +163,24 @@ def test_another_environment_gets_another_zygote_but_not_another_test_name(share
     assert b["ppid"] != c["ppid"] == kernels._current.proc.pid
 
 
-def _in_a_worker(folder: str, name: str, barrier: object, env: dict[str, str] | None = None) -> tuple[int, int]:
+_BARRIER: object = None  # set in each build worker by _share
+
+
+def _share(folder: str, barrier: object) -> None:
+    """The pool initializer: what run_notebooks gives its workers, plus a barrier."""
+    global _BARRIER
+    kernels.share_zygotes(folder)
+    _BARRIER = barrier
+
+
+def _task(folder: str, name: str, env: dict[str, str] | None = None) -> tuple[int, int]:
     """A build worker's task: wait for the other worker (each takes one task), then run a
     notebook in ``folder``; returns (this process, the kernel's parent)."""
-    barrier.wait(timeout=120)  # type: ignore[attr-defined]
+    _BARRIER.wait(timeout=120)  # type: ignore[attr-defined]
     os.environ.update(env or {})
     res, out = _run(Path(folder), name)
     assert res.ok, res.error
     return os.getpid(), out["ppid"]
-
-
-def _share(folder: str, barrier: object) -> None:
-    kernels.share_zygotes(folder)
-    globals()["_BARRIER"] = barrier
-
-
-def _task(folder: str, name: str, env: dict[str, str] | None = None) -> tuple[int, int]:
-    return _in_a_worker(folder, name, globals()["_BARRIER"], env)
 
 
 @pytest.mark.parametrize("other_env", [False, True], ids=["same-env", "other-env"])
@@ -188,32 +189,29 @@ def test_the_build_workers_share_one_zygote(tmp_path, fresh_zygote, other_env):
     their kernels from one zygote, which exits when both have gone; a worker whose kernels need
     another environment starts its own."""
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     import shutil
     import tempfile
+    import time
+    from concurrent.futures import ProcessPoolExecutor
 
     share = Path(tempfile.mkdtemp(prefix="pgz-"))  # as run_notebooks makes it (a unix socket's path is short)
-    request_cleanup = shutil.rmtree
-    (tmp_path / "nb").mkdir()
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(2)
-    envs = [None, {"PROBEGUARD_KERNEL_TEST": "other"} if other_env else None]
-    with ProcessPoolExecutor(2, mp_context=ctx, initializer=_share, initargs=(str(share), barrier)) as pool:
-        got = list(pool.map(_task, [str(tmp_path / "nb")] * 2, ["w1", "w2"], envs))
-    (w1, p1), (w2, p2) = got
-    assert w1 != w2  # one task in each worker
-    assert (p1 == p2) != other_env
-    info = json.loads((share / "zygote.json").read_text())
-    assert info["pid"] in (p1, p2) and info["cwd"] == str(tmp_path / "nb")
-    import time
-
-    deadline = time.monotonic() + 20  # the workers have exited: so has every zygote, and its socket is gone
-    while time.monotonic() < deadline and any(_alive(p) for p in (p1, p2)):
-        time.sleep(0.1)
-    assert not any(_alive(p) for p in (p1, p2))
-    assert not list(share.glob("*.sock"))
-    request_cleanup(share)
+    try:
+        (tmp_path / "nb").mkdir()
+        ctx = mp.get_context("spawn")
+        envs = [None, {"PROBEGUARD_KERNEL_TEST": "other"} if other_env else None]
+        with ProcessPoolExecutor(2, mp_context=ctx, initializer=_share, initargs=(str(share), ctx.Barrier(2))) as pool:
+            (w1, p1), (w2, p2) = pool.map(_task, [str(tmp_path / "nb")] * 2, ["w1", "w2"], envs)
+        assert w1 != w2  # one task in each worker
+        assert (p1 == p2) != other_env
+        info = json.loads((share / "zygote.json").read_text())
+        assert info["pid"] in (p1, p2) and info["cwd"] == str(tmp_path / "nb")
+        deadline = time.monotonic() + 20  # the workers have exited: so has every zygote, and its socket is gone
+        while time.monotonic() < deadline and any(_alive(p) for p in (p1, p2)):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in (p1, p2))
+        assert not list(share.glob("*.sock"))
+    finally:
+        shutil.rmtree(share, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

@@ -231,7 +231,7 @@ class Zygote:
             os.kill(self.pid, 0)
         except OSError:
             return False
-        return self.file is not None and not self.file.closed
+        return not self.file.closed
 
     def serves(self, prefix: list[str], cwd: str, env: dict[str, str]) -> bool:
         """Whether this zygote answers for that kernel command, folder and environment. One that
@@ -251,7 +251,8 @@ class Zygote:
 
     def close(self) -> None:
         """Close this process's connection: the zygote stops the kernels forked for it, and exits
-        once no connection is left (so an owner's close waits for it only when it is alone)."""
+        once no connection is left.  The process that started a zygote waits for it to exit,
+        unless it listens (other processes may still be using it)."""
         try:
             self.file.close()  # EOF (the file holds the socket open too)
             self.sock.close()
@@ -297,11 +298,8 @@ def _shared_zygote(prefix: list[str], cwd: str, env: dict[str, str]) -> Zygote:
         except (OSError, ValueError):
             info = None
         if info and info["prefix"] == prefix and info["cwd"] == cwd and info["env"] == _stable_env(env):
-            try:
-                z = Zygote.connect(info)
-                if z.ready:
-                    return z
-                z.close()
+            try:  # only a ready zygote is recorded, and it says so to every client
+                return Zygote.connect(info)
             except (OSError, RuntimeError, ValueError):  # it has exited: start the next one
                 pass
         path = os.path.join(folder, f"z-{os.getpid()}-{next(_serial)}.sock")
