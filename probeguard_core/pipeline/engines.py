@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -37,6 +38,7 @@ __all__ = [
     "Messages",
     "TransformersEngine",
     "VLLMEngine",
+    "cpu_fingerprint",
     "make_engine",
     "top_entropies",
     "top_entropy",
@@ -242,6 +244,36 @@ class _Post:
 # transformers
 # --------------------------------------------------------------------------------------------
 
+def cpu_fingerprint() -> dict[str, str]:
+    """What fixes the CPU arithmetic of a torch run besides its inputs and settings.
+
+    torch's vectorized kernels (``capability``: AVX2, AVX512, ...) and MKL's matmul code are
+    chosen by the CPU's instruction set, so two machines agree bit for bit only when these
+    agree: the torch build, the capability it dispatches to, and the CPU's model and feature
+    flags (``/proc/cpuinfo``; hashed, they are long).  Only ``platform`` values and files are
+    read; nothing is executed.
+    """
+    import hashlib
+    import platform
+
+    import torch
+
+    model, flags = platform.processor() or "unknown", ""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        info = ""
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            model = value.strip()
+        elif key.strip() in ("flags", "Features"):
+            flags = " ".join(sorted(value.split()))
+            break
+    return {"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_model": model, "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16]}
+
+
 @dataclass
 class TransformersEngine:
     """``transformers`` engine (CPU or GPU).
@@ -275,6 +307,12 @@ class TransformersEngine:
     pipeline's batched and per-question runs, and sharded workers, give the same files);
     ``batch_invariant=False`` also batches decode steps across prompts (faster on a large
     batch, at the cost of last-bit differences that depend on batch composition).
+
+    Across machines, the same settings give the same records only on the same CPU kernels:
+    torch and MKL pick their matmul and reduction code by the CPU's instruction set, so a
+    log-prob moves in its last bits on another CPU (about 1e-5 relative over 32 tokens, measured
+    between two x86 machines) and a near-tie sample can flip.  :func:`cpu_fingerprint` names
+    those kernels; a release records it, so a regeneration knows whether to expect bytes.
 
     ``num_threads`` sets ``torch.set_num_threads`` for the process (1 is usually fastest per
     core for a small model on a shared CPU; ``None`` leaves torch's default).

@@ -577,6 +577,7 @@ def assemble(work: Path, out: Path, cfg: RealConfig, parts_info: dict[str, Any],
 
     from probeguard_core.logs import read_logs, read_nli, read_probe, read_self_report, write_jsonl
     from probeguard_core.release import backbone_slug, write_manifest
+    from probeguard_core.pipeline.engines import cpu_fingerprint
 
     if out.exists():
         if not replace:
@@ -604,7 +605,7 @@ def assemble(work: Path, out: Path, cfg: RealConfig, parts_info: dict[str, Any],
                           "choices": choices(cfg), "summary": {k: v for k, v in summary.items() if k != "stages"},
                           "wall_time_s": {k: v["wall_s"] for k, v in summary["stages"].items()},
                           "environment": {"python": platform.python_version(), "machine": platform.machine(),
-                                          **_versions()}})
+                                          **_versions(), "cpu": cpu_fingerprint()}})
     return out
 
 
