@@ -65,6 +65,16 @@ def test_differences_ask_for_everything_but_float_bits():
     assert _differences({"answer": "C"}, want) != []
 
 
+def test_cpu_fingerprint_names_the_kernels_torch_dispatches_to():
+    torch = pytest.importorskip("torch")
+    from probeguard_core.pipeline.engines import cpu_fingerprint
+
+    fp = cpu_fingerprint()
+    assert set(fp) == {"torch", "capability", "cpu_model", "cpu_flags_sha256"}
+    assert fp["torch"] == torch.__version__ and fp["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert len(fp["cpu_flags_sha256"]) == 16 and fp == cpu_fingerprint()  # JSON-ready and stable
+
+
 def _missing() -> list[str]:
     return [pkg for mod, pkg in PACKAGES.items() if importlib.util.find_spec(mod) is None]
 
