@@ -250,15 +250,14 @@ def cpu_fingerprint() -> dict[str, str]:
     torch's vectorized kernels (``capability``: AVX2, AVX512, ...) and MKL's matmul code are
     chosen by the CPU's instruction set, so two machines agree bit for bit only when these
     agree: the torch build, the capability it dispatches to, and the CPU's model and feature
-    flags (``/proc/cpuinfo``; hashed, they are long).  Only ``platform`` values and files are
-    read; nothing is executed.
+    flags (``/proc/cpuinfo``, hashed, they are long; "unknown" and the hash of nothing where
+    there is no such file).  Only that file is read; no command is run.
     """
     import hashlib
-    import platform
 
     import torch
 
-    model, flags = platform.processor() or "unknown", ""
+    model, flags = "unknown", ""
     try:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
