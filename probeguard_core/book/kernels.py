@@ -123,6 +123,12 @@ def _stable_env(env: dict[str, str]) -> dict[str, str]:
     return {k: ("<set>" if k in PRESENCE_ONLY_ENV else v) for k, v in env.items() if k not in PER_KERNEL_ENV}
 
 
+def _serves(record: dict[str, Any], prefix: list[str], cwd: str, env: dict[str, str]) -> bool:
+    """Whether the zygote of ``record`` (:meth:`Zygote.served`) is one for kernels of ``prefix``
+    in ``cwd`` with ``env``: the same command, folder and stable environment."""
+    return list(record["prefix"]) == list(prefix) and record["cwd"] == cwd and record["env"] == _stable_env(env)
+
+
 # --------------------------------------------------------------------------- the worker side
 class ForkedKernel:
     """A ``subprocess.Popen``-like handle on a kernel the zygote forked (jupyter_client's
@@ -237,8 +243,12 @@ class Zygote:
         """Whether this zygote answers for that kernel command, folder and environment. One that
         declined (not ``ready``, its process gone) keeps answering for them, so kernels start the
         usual way without a new zygote being tried for each one."""
-        same = prefix == self.prefix and cwd == self.cwd and _stable_env(env) == self.env
-        return same and (not self.ready or self.alive())
+        return _serves(self.served(), prefix, cwd, env) and (not self.ready or self.alive())
+
+    def served(self) -> dict[str, Any]:
+        """The kernels this zygote is for: ``prefix``, ``cwd`` and the stable ``env``
+        (:func:`_serves`; :func:`share_zygotes` records it with the socket's ``path`` and ``pid``)."""
+        return {"prefix": self.prefix, "cwd": self.cwd, "env": self.env}
 
     def fork(self, launcher_args: list[str], env: dict[str, str]) -> ForkedKernel:
         answer = self._ask(op="fork", args=launcher_args, env=env)
@@ -297,7 +307,7 @@ def _shared_zygote(prefix: list[str], cwd: str, env: dict[str, str]) -> Zygote:
                 info = json.load(fh)
         except (OSError, ValueError):
             info = None
-        if info and info["prefix"] == prefix and info["cwd"] == cwd and info["env"] == _stable_env(env):
+        if info and _serves(info, prefix, cwd, env):
             try:  # only a ready zygote is recorded, and it says so to every client
                 return Zygote.connect(info)
             except (OSError, RuntimeError, ValueError):  # it has exited: start the next one
@@ -309,7 +319,7 @@ def _shared_zygote(prefix: list[str], cwd: str, env: dict[str, str]) -> Zygote:
         if z.ready:
             tmp = info_path + ".tmp"
             with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"prefix": prefix, "cwd": cwd, "env": z.env, "path": path, "pid": z.pid}, fh)
+                json.dump(z.served() | {"path": path, "pid": z.pid}, fh)
             os.replace(tmp, info_path)
         return z
 
