@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml requirements/lock.txt requirements/real-parts.txt
 venv: $(STAMP)
 
 book: $(STAMP)
-	$(BIN)/python -m probeguard_core.book_build --release $(RELEASE) --jobs $(JOBS)
+	$(BIN)/python -m probeguard_core.book.build --release $(RELEASE) --jobs $(JOBS)
 
 # lint (ruff, rules in pyproject.toml), the modules' doctests, then the test suite
 test: $(STAMP)

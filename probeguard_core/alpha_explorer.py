@@ -67,8 +67,8 @@ def precompute(table: pd.DataFrame, alphas: Sequence[float] = ALPHAS, n_splits: 
                extra_cal: pd.DataFrame | None = None) -> pd.DataFrame:
     """Certified coverage and realized test risk for every alpha, stratum and score (§4.4).
 
-    ``table`` is :func:`probeguard_core.analysis.certification_inputs` (columns ``stratum``,
-    ``score``, ``error``, ``kappa``, ``rse``, ``a1``). For each variant the stratum's score is
+    ``table`` is :func:`probeguard_core.tables.certification.certification_inputs` (columns
+    ``stratum``, ``score``, ``error``, ``kappa``, ``rse``, ``a1``). For each variant the stratum's score is
     replaced by the variant's column and :func:`certify.repeated_splits` (``method="stratified"``,
     Bonferroni over S1 and S2) runs over ``alphas``; the rows of that stratum are summarized by
     :func:`certify.summarize` (mean and sd over splits). A final series ``all · paper rule``

@@ -138,9 +138,6 @@ def check_level(name: str, v: object, error: type[ValueError] = ValueError) -> f
     return f
 
 
-_check_level = check_level  # old private name, kept for callers
-
-
 def _check_grid(grid: ArrayLike | None) -> NDArray[np.float64]:
     """Return the grid sorted in descending order (the testing order); validate it."""
     g = DEFAULT_GRID if grid is None else np.asarray(grid, dtype=np.float64)
@@ -438,9 +435,6 @@ def stratified_certify(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike, 
 _METHODS = ("stratified", "global", "naive")
 
 
-_split_masks = even_splits  # the old private name
-
-
 def _prepare(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike, method: str,
              certified: tuple[str, ...], name: str = ""):
     e = as_binary(errors, f"{name}errors")
@@ -588,7 +582,7 @@ def repeated_splits(scores: ArrayLike, errors: ArrayLike, strata: ArrayLike,
     n = e.size
     A = len(alist)
     alpha_arr = np.asarray(alist)
-    cal = _split_masks(n, n_splits, int(seed))
+    cal = even_splits(n, n_splits, int(seed))
     test = ~cal
     labels = sorted(set(st.tolist()) | (set(xst.tolist()) if method == "stratified" else set()))
 

@@ -8,7 +8,7 @@ import pytest
 
 # Notebook cells run with small parameters in the tests and take seconds; a kernel that stops
 # answering (a lost message under load) is cut off after this and retried once on a fresh kernel
-# by probeguard_core.book_build.execute_notebook, instead of stalling the suite.
+# by probeguard_core.book.build.execute_notebook, instead of stalling the suite.
 os.environ.setdefault("PROBEGUARD_CELL_TIMEOUT", "240")
 
 # The artifact cache (probeguard_core.cache) of this test session lives in a fresh folder,

@@ -6,7 +6,7 @@ Two sites are checked:
   certification and discrimination notebooks, the departures page, the prose chapters; small
   parameters, a 5 % simulated release), with its PDF; always;
 * **a full build**, when ``PROBEGUARD_BOOK_HTML`` names its ``_build/html`` (after
-  ``python -m probeguard_core.book_build --release data/simulated-v1``): every page of the book.
+  ``python -m probeguard_core.book.build --release data/simulated-v1``): every page of the book.
 
 Every page is opened at a laptop (1366 x 768) and a phone (390 x 844) width with the network
 blocked: a request that leaves ``file://`` fails the test. On every page: every internal link

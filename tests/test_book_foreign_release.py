@@ -3,7 +3,7 @@
 
 Three foreign releases (``tests/foreign_release.py``: DESIGN 2.7 manifests with provenance
 "real" and no ``cells`` list; a backbone, a benchmark and missing artifacts the paper never
-had) go through :func:`probeguard_core.book_build.run_notebooks` with every registered
+had) go through :func:`probeguard_core.book.build.run_notebooks` with every registered
 notebook at its small test parameters, and the first one through the full ``jupyter-book``
 build (warnings as errors). Every notebook must succeed and write its registered outputs, say
 "real" and the release's name in its provenance banner, show a visible note where an input
@@ -27,7 +27,7 @@ import pytest
 from book_fixtures import REPO, book_copy, once_per_session
 from foreign_release import FOREIGN, SHIPPED, shipped_reference
 
-from probeguard_core import book_build as bb
+from probeguard_core.book import build as bb
 from probeguard_core.release import load_release
 
 pytestmark = [pytest.mark.notebook, pytest.mark.slow]
@@ -286,7 +286,7 @@ def test_paper_column_is_empty_for_what_the_paper_never_ran(runs: _Runs) -> None
 
 
 @pytest.mark.xdist_group(f"release-{HTML_RELEASE}")
-def test_the_whole_book_builds_from_a_foreign_release(runs: _Runs) -> None:
+def test_the_whole_book_is_built_from_a_foreign_release(runs: _Runs) -> None:
     run = runs[HTML_RELEASE]
     assert "html" in run, "the notebooks failed, so the HTML build did not run"
     html = run["html"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from probeguard_core import book_build as bb
+from probeguard_core.book import build as bb
 from probeguard_core import tables as T
 from probeguard_core.release import load_release
 

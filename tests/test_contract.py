@@ -697,8 +697,6 @@ def test_contributing_module_map_names_every_module():
     missing = []
     for p in sorted(pkg.rglob("*.py")):
         rel = p.relative_to(pkg)
-        if rel.parts[0] in ("book_build", "notebook_twins", "sphinx_ext", "nbtools"):
-            continue  # the old paths, listed under book/aliases.py
         top = rel.parts[0] if len(rel.parts) > 1 else None
         name = rel.as_posix().removesuffix("__init__.py") if len(rel.parts) > 1 else rel.as_posix()
         if top in ("cli", "pipeline", "simulate"):

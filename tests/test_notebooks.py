@@ -16,7 +16,7 @@ import pytest
 from book_fixtures import REPO, small_release
 
 from probeguard_core import alpha_explorer, analysis
-from probeguard_core import book_build as bb
+from probeguard_core.book import build as bb
 from probeguard_core.certify import repeated_splits, summarize
 from probeguard_core.release import load_release
 

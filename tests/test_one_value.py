@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probeguard_core import analysis as AX
+from probeguard_core import tables as T
 from probeguard_core.release import load_release
 
 RELEASE = Path(__file__).resolve().parents[1] / "data" / "simulated-v1"
@@ -33,8 +33,8 @@ def cells():
 
 def test_main_layer_scores_do_not_depend_on_the_pool(cells):
     main_cell, aug_cell = cells
-    alone = AX.certification_inputs([main_cell])
-    both = AX.certification_inputs([main_cell, aug_cell])
+    alone = T.certification_inputs([main_cell])
+    both = T.certification_inputs([main_cell, aug_cell])
     main = both[both["cell"] == "main"]
     np.testing.assert_array_equal(alone["score"].to_numpy(), main["score"].to_numpy())
     # the augmented arm's score does standardize over main + pool, so it differs on S1
@@ -47,18 +47,18 @@ def test_main_layer_scores_do_not_depend_on_the_pool(cells):
 def test_same_certificate_same_number_on_every_page(cells):
     main_cell, aug_cell = cells
     # §4.4 page: inputs of main + augment, the plain stratified arm
-    inputs = AX.certification_inputs([main_cell, aug_cell])
+    inputs = T.certification_inputs([main_cell, aug_cell])
     main, aug = inputs[inputs["cell"] == "main"], inputs[inputs["cell"] == "augment"]
-    arms = AX.certification_arms(main, None, [ALPHA], n_splits=N_SPLITS, extra_cal=aug)
+    arms = T.certification_arms(main, None, [ALPHA], n_splits=N_SPLITS, extra_cal=aug)
     row = arms[(arms["arm"] == "stratified_ltt") & (arms["stratum"] == "S1")].iloc[0]
     s44 = float(row["coverage_mean"])
     # Table 8 page: the whole-layer row of the specialty breakdown
-    t8 = AX.specialty_breakdown(main_cell, alpha=ALPHA, n_splits=N_SPLITS)
+    t8 = T.specialty_breakdown(main_cell, alpha=ALPHA, n_splits=N_SPLITS)
     t8_layer = float(t8.loc[t8["specialty"] == "(whole layer)", "certified_coverage"].iloc[0])
     # what-if page: the release's own layer
-    wi = AX.release_layer_certificate(main_cell, alpha=ALPHA, n_splits=N_SPLITS)["coverage_mean"]
+    wi = T.layer_certification_means(main_cell, alpha=ALPHA, n_splits=N_SPLITS)["coverage_mean"]
     assert s44 == pytest.approx(t8_layer, abs=1e-12) and s44 == pytest.approx(wi, abs=1e-12)
-    assert float(row["risk_mean"]) == pytest.approx(AX.release_layer_certificate(main_cell, alpha=ALPHA,
+    assert float(row["risk_mean"]) == pytest.approx(T.layer_certification_means(main_cell, alpha=ALPHA,
                                                                               n_splits=N_SPLITS)["risk_mean"], abs=1e-12)
     # the augmented arm is a different certificate (it sees more calibration data)
     aug_row = arms[(arms["arm"] == "stratified_ltt_augmented") & (arms["stratum"] == "S1")].iloc[0]

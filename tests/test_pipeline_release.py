@@ -68,7 +68,7 @@ def test_assembled_release_loads_and_renders_in_a_book_notebook(env, tmp_path):
     nb = REPO / "notebooks" / "appendix_j_cost.md"
     if not nb.exists():
         pytest.skip("the book notebook notebooks/appendix_j_cost.md is not in this checkout")
-    from probeguard_core.book_build import execute_notebook
+    from probeguard_core.book.build import execute_notebook
 
     res = execute_notebook(nb, tmp_path / "appendix_j_cost.ipynb",
                            {"release": str(rel_dir), "output_dir": str(tmp_path / "out")}, cwd=REPO, timeout_s=300)
@@ -77,7 +77,7 @@ def test_assembled_release_loads_and_renders_in_a_book_notebook(env, tmp_path):
 
 
 def test_pipeline_notebook_on_tiny_models(env, tmp_path):
-    from probeguard_core.book_build import execute_notebook
+    from probeguard_core.book.build import execute_notebook
 
     params = {
         "questions": str(env / "benchmark.json"), "dataset": "medqa", "corpus": str(env / "corpus.jsonl"),

@@ -1,7 +1,6 @@
 """Build the book: run every notebook with papermill, then render with Jupyter Book.
 
 ``python -m probeguard_core.book.build --release data/simulated-v1 --jobs 2``
-(the old ``python -m probeguard_core.book_build`` is the same command)
 
 1. Reads ``notebooks/registry.yml`` (the notebooks in the paper's order) and checks that it
    agrees with ``notebooks/*.md`` and ``_toc.yml``.
@@ -166,7 +165,7 @@ def check_registry(root: Path | None = None, strict: bool = True) -> list[Notebo
             if strict:
                 problems.append(msg)
             else:
-                print(f"book_build: warning: {msg}", file=sys.stderr)
+                print(f"book.build: warning: {msg}", file=sys.stderr)
     toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
     toc_files = [f.removesuffix(".md").removesuffix(".ipynb") for f in [toc.get("root", ""), *_toc_files(toc)]]
     for e in entries:
@@ -208,8 +207,6 @@ def read_source(path: Path) -> Any:
         raise BuildError(f"{path}: no cell tagged 'parameters'")
     return nb
 
-
-_read_source = read_source  # the old private name
 
 
 def _hide_injected(nb: Any) -> None:
@@ -593,7 +590,7 @@ def _pdf(root: Path, html: Path, only: Sequence[str] | None) -> None:
     from probeguard_core.book import pdf
 
     if pdf.find_chromium() is None:
-        print(f"book_build: warning: Chromium not found, {pdf.PDF_NAME} not built (the landing page's PDF link "
+        print(f"book.build: warning: Chromium not found, {pdf.PDF_NAME} not built (the landing page's PDF link "
               "stays dead until `python -m probeguard_core.book.pdf` runs with chromium installed)", file=sys.stderr)
         return
     t0 = time.perf_counter()
@@ -606,7 +603,7 @@ def _pdf(root: Path, html: Path, only: Sequence[str] | None) -> None:
 
 # --------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probeguard_core.book_build", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m probeguard_core.book.build", description=__doc__.split("\n")[0])
     ap.add_argument("--release", required=True, help="release folder (absolute or relative to the repo root)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="notebooks run in parallel")
     ap.add_argument("--only", action="append", metavar="NAME", help="run only this notebook (repeatable)")
@@ -640,7 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _pdf(root, html, args.only)
         print(f"total {time.perf_counter() - t0:.1f} s", flush=True)
     except (BuildError, ValueError, json.JSONDecodeError) as exc:
-        print(f"book_build: error: {exc}", file=sys.stderr)
+        print(f"book.build: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

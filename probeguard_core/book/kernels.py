@@ -83,8 +83,9 @@ PRELOAD: tuple[str, ...] = (
     "sklearn.pipeline",
     "sklearn.impute",
     "sklearn.metrics",
-    "probeguard_core.analysis",
     "probeguard_core.tables",
+    *(f"probeguard_core.tables.{m}" for m in ("appendices", "audits", "beside", "cases", "certification",
+                                               "display", "picking", "scores", "signals", "unanimous")),
     "probeguard_core.book.page",
     "probeguard_core.paper",
 )

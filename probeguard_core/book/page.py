@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from probeguard_core.book.nbtools import Outputs, provenance_banner
+from probeguard_core.book.outputs import Outputs, provenance_banner
 from probeguard_core.book.paths import repo_relative, resolve, resolve_release
 
 __all__ = ["FIGURE_RC", "Page", "effective_parameters", "open_page", "parameters_html"]

@@ -1,7 +1,7 @@
 """A PDF of the whole book, printed from the same pages.
 
 ``python -m probeguard_core.book.pdf`` (also the last step of ``python -m
-probeguard_core.book_build`` unless ``--no-pdf``):
+probeguard_core.book.build`` unless ``--no-pdf``):
 
 1. ``jupyter-book build --builder singlehtml`` with the configuration (and table of contents)
    that the HTML build used (``_build/_config.generated.yml``: the release's provenance banner

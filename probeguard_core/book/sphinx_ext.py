@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 GENERATED = "book/_generated/"
-#: Where the unexecuted twins live (kept equal to notebook_twins.TWINS; a test checks it).
+#: Where the unexecuted twins live (kept equal to book.twins.TWINS; a test checks it).
 TWINS = "notebooks/ipynb"
 
 
@@ -153,9 +153,6 @@ def _launch_buttons(app: Any, pagename: str, templatename: str, context: dict[st
                 if button.get("label") == "download-source-button":
                     button["tooltip"] = "Download the executed notebook"
 
-
-#: The old name of the launch-button hook.
-_launch_to_source = _launch_buttons
 
 
 def _toc_files(node: Any) -> list[str]:

@@ -7,10 +7,10 @@ by jupytext exactly as :mod:`probeguard_core.book.build` converts them (stable c
 to install the repository. The book's launch buttons point at the twins
 (:mod:`probeguard_core.book.sphinx_ext`).
 
-    python -m probeguard_core.notebook_twins            # regenerate every twin
-    python -m probeguard_core.notebook_twins --check    # exit 1 naming each stale twin
+    python -m probeguard_core.book.twins            # regenerate every twin
+    python -m probeguard_core.book.twins --check    # exit 1 naming each stale twin
 
-(``tools/sync_notebooks.py`` is the same command.) ``tests/test_notebook_twins.py`` fails when a
+(``tools/sync_notebooks.py`` is the same command.) ``tests/test_book_twins.py`` fails when a
 twin is stale.
 """
 
@@ -138,7 +138,7 @@ def sync_twins(root: Path | None = None) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m probeguard_core.notebook_twins", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m probeguard_core.book.twins", description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a twin is stale (write nothing)")
     args = ap.parse_args(argv)
     if args.check:
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in stale:
             print(f"stale: {line}", file=sys.stderr)
         if stale:
-            print("run: python -m probeguard_core.notebook_twins", file=sys.stderr)
+            print("run: python -m probeguard_core.book.twins", file=sys.stderr)
         return 1 if stale else 0
     written = sync_twins()
     print(f"{len(written)} twin(s) written" + "".join(f"\n  {p}" for p in written))

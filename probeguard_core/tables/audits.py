@@ -25,7 +25,7 @@ from probeguard_core.tables.protocols import CellLike, ReleaseLike
 ArrayLikeF = Sequence[float] | NDArray[Any] | pd.Series
 
 __all__ = [
-    "WhatIf", "layer_certification_means", "release_layer_certificate", "theorem1_audit",
+    "WhatIf", "layer_certification_means", "theorem1_audit",
     "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
     "whatif_coverage", "whatif_summary",
 ]
@@ -149,7 +149,7 @@ def layer_certification_means(cell: CellLike, alpha: float = 0.15, n_splits: int
     """The release's own unanimous layer certified as in §4.4 (for comparison with the what-if):
     ``base_error``, ``n_layer``, ``n_cal`` (the layer's calibration half, mean over splits),
     ``coverage_mean``, ``risk_mean`` of stratum S1 from :func:`certify.repeated_splits`: means over
-    the splits, not one certificate (hence the name; ``release_layer_certificate`` is its old name)."""
+    the splits, not one certificate (hence the name)."""
     df = certification_inputs([cell])
     rs = C.repeated_splits(df["score"].to_numpy(float), df["error"].to_numpy(bool), df["stratum"].to_numpy(str),
                            alphas=[alpha], n_splits=n_splits, seed=seed)
@@ -161,9 +161,6 @@ def layer_certification_means(cell: CellLike, alpha: float = 0.15, n_splits: int
             "n_cal": float(s1["n_cal"].mean()), "coverage_mean": float(row["coverage_mean"]),
             "risk_mean": float(row["risk_mean"]), "alpha": float(alpha)}
 
-
-#: The old name of :func:`layer_certification_means` (it returns means over splits, not a certificate).
-release_layer_certificate = layer_certification_means
 
 
 # --------------------------------------------------------------------------- the what-if page

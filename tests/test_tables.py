@@ -1,4 +1,4 @@
-"""Tests of probeguard_core.analysis: the table builders of §4.3, §5.1, App. C, G-K and the
+"""Tests of probeguard_core.tables: the table builders of §4.3, §5.1, App. C, G-K and the
 what-if chapter that the notebooks share.
 
 A small hand-built cell (helpers.make_log / make_probe / make_nli) gives numbers that are
@@ -19,10 +19,11 @@ from helpers import make_log, make_nli, make_probe, make_self_report
 from sklearn.metrics import roc_auc_score
 from statsmodels.stats.proportion import proportion_confint
 
-from probeguard_core import analysis as AX
+from probeguard_core import tables as T
 from probeguard_core import certify as C
 from probeguard_core import logs as L
 from probeguard_core.claims import extract_claims
+from probeguard_core.tables.appendices import _case_of
 
 BACKBONE = "Qwen/Qwen3-8B"
 N_S1 = 30
@@ -99,7 +100,7 @@ def cell() -> FakeCell:
 
 # --------------------------------------------------------------------------- §4.3 / Figure 3
 def test_unanimous_layer_table_hand_values(cell: FakeCell) -> None:
-    t = AX.unanimous_layer_table([cell])
+    t = T.unanimous_layer_table([cell])
     get = lambda q, s="": float(t.loc[(t["quantity"] == q) & (t["signal"] == s), "value"].iloc[0])  # noqa: E731
     assert get("unanimous_share") == pytest.approx(N_S1 / (N_S1 + N_S2))
     assert get("unanimous_error") == pytest.approx(6 / 30)
@@ -115,7 +116,7 @@ def test_unanimous_layer_table_hand_values(cell: FakeCell) -> None:
 
 
 def test_flip_rates_and_wilson(cell: FakeCell) -> None:
-    f = AX.flip_rates([cell]).set_index("quantity")
+    f = T.flip_rates([cell]).set_index("quantity")
     assert (f.loc["flip_wrong", "k"], f.loc["flip_wrong", "n"]) == (3, 6)
     assert (f.loc["flip_right", "k"], f.loc["flip_right", "n"]) == (1, 24)
     assert f.loc["flip_wrong", "value"] == pytest.approx(0.5)
@@ -130,7 +131,7 @@ def test_beside_sources_first_match_wins() -> None:
         "quantity": ["flip_wrong", "flip_right", "flip_wrong", "flip_wrong"],
         "value": [0.2, 0.05, 0.1, 0.3],
     })
-    b = AX.beside_sources(ours, on=["backbone", "dataset", "quantity"],
+    b = T.beside_sources(ours, on=["backbone", "dataset", "quantity"],
                           sources=[{"source": "Table 6", "arm": "counter_evidence"},
                                    {"source": "§4.3", "arm": "counter_evidence"}])
     assert b["paper"].iloc[0] == pytest.approx(0.14) and b["paper_source"].iloc[0] == "Table 6"
@@ -141,7 +142,7 @@ def test_beside_sources_first_match_wins() -> None:
 
 # --------------------------------------------------------------------------- Table 6
 def test_probe_arm_table_asymmetry(cell: FakeCell) -> None:
-    t = AX.probe_arm_table(cell, n_boot=300, seed=1)
+    t = T.probe_arm_table(cell, n_boot=300, seed=1)
     v = lambda arm, q: float(t.loc[(t["arm"] == arm) & (t["quantity"] == q), "value"].iloc[0])  # noqa: E731
     assert v("instruction_only", "flip_wrong") == 0.0 and v("instruction_only", "flip_right") == 0.0
     est = v("instruction_only", "asymmetry_diff")
@@ -151,7 +152,7 @@ def test_probe_arm_table_asymmetry(cell: FakeCell) -> None:
     # neutral / irrelevant arms are absent from this cell: no rows for them
     assert set(t["arm"]) == {"counter_evidence", "instruction_only"}
     # same seed, same interval
-    t2 = AX.probe_arm_table(cell, n_boot=300, seed=1)
+    t2 = T.probe_arm_table(cell, n_boot=300, seed=1)
     pd.testing.assert_frame_equal(t, t2)
 
 
@@ -166,7 +167,7 @@ def test_hard_soft_table_and_saturation() -> None:
             r = r.model_copy(update={"entailment": [[1.0] * 4 for _ in range(4)]})
         recs.append(r)
     c.nli = recs
-    t = AX.hard_soft_table(c).set_index(["signal", "quantity"])
+    t = T.hard_soft_table(c).set_index(["signal", "quantity"])
     assert t.loc[("hard_se", "saturated_share"), "value"] == pytest.approx(5 / 30)
     # hard clustering at threshold 0.5 sees two values: one cluster (0.7+ pairs) or singletons
     # (0.3+ pairs); RSE keeps every level
@@ -183,14 +184,14 @@ def test_hard_soft_table_and_saturation() -> None:
 # --------------------------------------------------------------------------- Table 8
 def test_specialty_breakdown_whole_layer_matches_repeated_splits(cell: FakeCell) -> None:
     alpha, n_splits = 0.3, 6
-    t8 = AX.specialty_breakdown(cell, alpha=alpha, n_splits=n_splits, seed=7, min_unanimous=9)
+    t8 = T.specialty_breakdown(cell, alpha=alpha, n_splits=n_splits, seed=7, min_unanimous=9)
     counts = pd.Series([_specialty(i) for i in range(N_S1)]).value_counts()
     shown = sorted((k for k, v in counts.items() if v >= 9), key=lambda k: (-counts[k], k))
     assert list(t8["specialty"][: len(shown)]) == shown
     assert t8.attrs["omitted"] == sorted(k for k, v in counts.items() if v < 9)
     whole = t8[t8["specialty"] == "(whole layer)"].iloc[0]
     assert whole["n_unanimous"] == N_S1 and whole["unanimous_error"] == pytest.approx(6 / 30)
-    df = AX.certification_inputs([cell])
+    df = T.certification_inputs([cell])
     rs = C.repeated_splits(df["score"].to_numpy(float), df["error"].to_numpy(bool), df["stratum"].to_numpy(str),
                            alphas=[alpha], n_splits=n_splits, seed=7)
     s = C.summarize(rs)
@@ -205,7 +206,7 @@ def test_specialty_breakdown_whole_layer_matches_repeated_splits(cell: FakeCell)
 
 # --------------------------------------------------------------------------- Appendix J
 def test_cost_table_medians_and_missing(cell: FakeCell) -> None:
-    t = AX.cost_table([cell]).set_index("quantity")
+    t = T.cost_table([cell]).set_index("quantity")
     sub_wall = [10.0 + i for i in range(N_S1) if i != 3] + [50.0] * N_S2
     assert t.loc["substrate_wall_s", "value"] == pytest.approx(np.median(sub_wall))
     assert t.loc["substrate_wall_s", "n_missing"] == 1
@@ -219,7 +220,7 @@ def test_cost_table_medians_and_missing(cell: FakeCell) -> None:
 
 # --------------------------------------------------------------------------- Appendix K
 def test_case_details(cell: FakeCell) -> None:
-    d = AX.case_details(cell)
+    d = T.case_details(cell)
     cases = d["cases"].set_index("case")
     assert cases.loc["collapsed", "kappa"] == pytest.approx(0.25) and not cases.loc["collapsed", "correct"]
     assert cases.loc["kept", "kappa"] == 1.0 and cases.loc["kept", "correct"]
@@ -233,7 +234,7 @@ def test_case_details(cell: FakeCell) -> None:
 def test_explain_claims_branches() -> None:
     r = ("Intro sentence. The stem mentions fever. Option A fits poorly. Option B is plausible.\n"
          "Option C is wrong. Therefore the answer is B. The best choice is B. <answer>B</answer>")
-    ex = AX.explain_claims(r)
+    ex = T.explain_claims(r)
     assert list(ex["sentence"]) == ["Intro sentence.", "The stem mentions fever.", "Option A fits poorly.",
                                     "Option B is plausible.", "Option C is wrong.", "Therefore the answer is B.",
                                     "The best choice is B."]
@@ -241,22 +242,22 @@ def test_explain_claims_branches() -> None:
     assert [s for s, k in zip(ex["sentence"], ex["kept"]) if k] == extract_claims(r)
     assert list(ex["kept"]) == [False] * 4 + [True] * 3
     assert ex.loc[6, "cues"] == "choice, best"
-    assert AX._case_of(r) == "more than three cued: last three"
+    assert _case_of(r) == "more than three cued: last three"
     no_cue = "First point. Second point. Final remark."
-    ex2 = AX.explain_claims(no_cue)
-    assert list(ex2["kept"]) == [False, False, True] and AX._case_of(no_cue) == "no cue: last sentence"
-    assert AX.explain_claims("").empty and AX._case_of("  ") == "empty rationale"
+    ex2 = T.explain_claims(no_cue)
+    assert list(ex2["kept"]) == [False, False, True] and _case_of(no_cue) == "no cue: last sentence"
+    assert T.explain_claims("").empty and _case_of("  ") == "empty rationale"
 
 
 def test_claim_rule_summary_and_examples(cell: FakeCell) -> None:
-    s = AX.claim_rule_summary(cell).set_index("quantity")
+    s = T.claim_rule_summary(cell).set_index("quantity")
     assert s.loc["rationales", "value"] == (N_S1 + N_S2) * 4
     # default rationales end in "Therefore, the answer is A." -> one cued claim each
     assert s.loc["share: one to three cued", "value"] == 1.0
     assert s.loc["share with 1 claims", "value"] == 1.0
     # the fake NLI claims ("claim j") are not what the rule returns
     assert s.loc["NLI cache claims reproduced by extract_claims", "value"] == 0.0
-    ex = AX.claim_examples(cell)
+    ex = T.claim_examples(cell)
     assert list(ex["case"]) == ["one to three cued"] and ex["qid"].iloc[0] == "q00"
 
 
@@ -265,7 +266,7 @@ def test_ablation_table_structure(cell: FakeCell) -> None:
     from probeguard_core.features import feature_table, is_correct
     from probeguard_core.scoring import process_score
 
-    t = AX.ablation_table(cell, n_folds=3, seed=3)
+    t = T.ablation_table(cell, n_folds=3, seed=3)
     assert t["variant"].iloc[0] == "full" and t["variant"].iloc[-1] == "gbt"
     assert {"without rationale", "without agreement"} <= set(t["variant"])
     X = feature_table(cell.logs, nli=cell.nli)
@@ -277,12 +278,12 @@ def test_ablation_table_structure(cell: FakeCell) -> None:
 
 # --------------------------------------------------------------------------- what-if
 def test_whatif_coverage_small() -> None:
-    w = AX.whatif_coverage([0.05], [40, 80], alpha=0.2, n_population=60, n_draws=4, seed=5)
+    w = T.whatif_coverage([0.05], [40, 80], alpha=0.2, n_population=60, n_draws=4, seed=5)
     assert list(w["n_cal"]) == [40, 80]
     assert w["coverage_mean"].between(0, 1).all() and w["certified_share"].between(0, 1).all()
     assert (w["n_population"] == 60).all() and (w["base_error"] <= 1).all()
     with pytest.raises(ValueError, match="cal_sizes"):
-        AX.whatif_coverage([0.05], [0], n_population=10, n_draws=2)
+        T.whatif_coverage([0.05], [0], n_population=10, n_draws=2)
 
 
 # --------------------------------------------------------------------------- display helpers
@@ -304,7 +305,7 @@ def test_wide_beside_has_ours_paper_delta_subcolumns_formatted_by_unit() -> None
     from probeguard_core.paper import reported_value
 
     b = _beside_frame()
-    sty = AX.wide_beside(b, index=["quantity", "signal"], columns=["dataset"])
+    sty = T.wide_beside(b, index=["quantity", "signal"], columns=["dataset"])
     wide = sty.data
     assert wide.columns.nlevels == 2
     assert list(wide.columns) == [("MedQA", "ours"), ("MedQA", "paper"), ("MedQA", "Δ"),
@@ -323,11 +324,11 @@ def test_wide_beside_has_ours_paper_delta_subcolumns_formatted_by_unit() -> None
     assert 'class="probeguard-table probeguard-beside"' in html
     for cls in ("pg-ours", "pg-paper", "pg-diff"):
         assert cls in html
-    assert AX.wide_beside(b, index=["quantity", "signal"], columns=["dataset"]).to_html() == html  # reproducible ids
+    assert T.wide_beside(b, index=["quantity", "signal"], columns=["dataset"]).to_html() == html  # reproducible ids
     with pytest.raises(ValueError, match="share their"):
-        AX.wide_beside(b, index=["signal"], columns=["dataset"])
+        T.wide_beside(b, index=["signal"], columns=["dataset"])
     with pytest.raises(ValueError, match="not a column"):
-        AX.wide_beside(b, index=["nope"], columns=["dataset"])
+        T.wide_beside(b, index=["nope"], columns=["dataset"])
     # the numbers themselves are untouched
     assert b["value"].iloc[0] == 0.6123
 
@@ -336,39 +337,39 @@ def test_display_helpers_accept_an_empty_table() -> None:
     """A release without the inputs gives an empty table: it still renders (header only)."""
     e = pd.DataFrame({c: pd.Series(dtype=object) for c in ("arm", "quantity")}
                      | {c: pd.Series(dtype=float) for c in ("value", "paper", "diff", "n")})
-    assert "probeguard-beside" in AX.wide_beside(e, index=["arm"], columns=["quantity"]).to_html()
-    assert AX.long_beside(e, keys=["arm", "quantity"], extra=["n"]).data.empty
-    assert AX.styled(e).data.empty
+    assert "probeguard-beside" in T.wide_beside(e, index=["arm"], columns=["quantity"]).to_html()
+    assert T.long_beside(e, keys=["arm", "quantity"], extra=["n"]).data.empty
+    assert T.styled(e).data.empty
 
 
 def test_wide_beside_keeps_rows_with_an_empty_key() -> None:
     """The pooled stream (stratum None) is a row of its own ('all'), never dropped by the pivot."""
     long = pd.DataFrame({"arm": "global_ltt", "stratum": [None, "S1"], "alpha": 0.15, "quantity": "certified_coverage",
                          "value": [0.5, 0.25], "paper": np.nan, "diff": np.nan})
-    wide = AX.wide_beside(long, index=["arm", "stratum"], columns=["alpha"]).data
+    wide = T.wide_beside(long, index=["arm", "stratum"], columns=["alpha"]).data
     assert list(wide.index) == [("global LTT", "all"), ("global LTT", "S1")]
     assert list(wide[("0.15", "ours")]) == ["50.0%", "25.0%"]
 
 
 def test_long_beside_and_styled_format_for_reading() -> None:
     b = _beside_frame().assign(k=[3, 4, 5, 6], ci_low=[0.1, 0.2, 0.3, np.nan])
-    t = AX.long_beside(b, keys=["dataset", "quantity"], extra=["k", "ci_low"], extra_units={"ci_low": "fraction"}).data
+    t = T.long_beside(b, keys=["dataset", "quantity"], extra=["k", "ci_low"], extra_units={"ci_low": "fraction"}).data
     assert list(t.columns) == ["dataset", "quantity", "ours", "paper", "Δ", "k", "ci_low"]
     assert t["k"].tolist() == ["3", "4", "5", "6"] and t["ci_low"].tolist() == ["10.0%", "20.0%", "30.0%", "–"]
     with pytest.raises(ValueError, match="not a column"):
-        AX.long_beside(b, keys=["nope"])
+        T.long_beside(b, keys=["nope"])
     df = pd.DataFrame({"dataset": ["medqa", "x_bench"], "n": [17.0, 3.0], "auc": [1.0, 0.61234], "ok": [True, False],
                        "share": [0.5, np.nan]})
-    s = AX.styled(df, units={"share": "fraction"}, index=False)
+    s = T.styled(df, units={"share": "fraction"}, index=False)
     assert s.data["dataset"].tolist() == ["MedQA", "x_bench"]
     assert s.data["n"].tolist() == ["17", "3"] and s.data["auc"].tolist() == ["1.000", "0.612"]
     assert s.data["ok"].tolist() == ["yes", "no"] and s.data["share"].tolist() == ["50.0%", "–"]
     assert 'class="probeguard-table"' in s.to_html()
-    rows = AX.styled(pd.DataFrame({"quantity": ["rationales", "share"], "value": [240.0, 0.25]}),
+    rows = T.styled(pd.DataFrame({"quantity": ["rationales", "share"], "value": [240.0, 0.25]}),
                      row_units=["count", "fraction"], labels=False)
     assert rows.data["value"].tolist() == ["240", "25.0%"]
     with pytest.raises(ValueError, match="row_units"):
-        AX.styled(pd.DataFrame({"value": [1.0]}), row_units=["count", "count"])
+        T.styled(pd.DataFrame({"value": [1.0]}), row_units=["count", "count"])
 
 
 def test_display_label() -> None:
@@ -398,14 +399,6 @@ def test_tables_names_map_every_public_name_to_its_module() -> None:
             assert getattr(tables, n) is getattr(m, n)
     with pytest.raises(AttributeError):
         tables.no_such_builder  # noqa: B018
-
-
-def test_analysis_keeps_every_old_public_name() -> None:
-    from probeguard_core import tables
-
-    for n in AX.__all__:
-        assert getattr(AX, n) is getattr(tables, n), n
-    assert AX.release_layer_certificate is tables.layer_certification_means
 
 
 def test_the_release_is_release_like_and_its_cells_cell_like() -> None:
@@ -510,7 +503,7 @@ def test_captioned_writes_the_files_and_returns_one_numbered_figure(tmp_path: Pa
     import matplotlib.pyplot as plt
 
     from probeguard_core import tables
-    from probeguard_core.book.nbtools import Outputs
+    from probeguard_core.book.outputs import Outputs
 
     out = Outputs(tmp_path)
     fig, ax = plt.subplots()

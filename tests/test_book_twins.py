@@ -1,5 +1,5 @@
 """The committed ``notebooks/ipynb/<name>.ipynb`` twins (opened by the book's Colab and Binder
-buttons) are exactly what ``python -m probeguard_core.notebook_twins`` generates from
+buttons) are exactly what ``python -m probeguard_core.book.twins`` generates from
 ``notebooks/<name>.md``; a stale, missing or orphaned twin fails here."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import nbformat
 import pytest
 from book_fixtures import REPO
 
-from probeguard_core import book_build as bb
-from probeguard_core import notebook_twins as tw
-from probeguard_core import sphinx_ext
+from probeguard_core.book import build as bb
+from probeguard_core.book import twins as tw
+from probeguard_core.book import sphinx_ext
 
 ENTRIES = bb.load_registry(REPO)
 
 
 def test_every_twin_is_current() -> None:
     stale = tw.stale_twins(REPO)
-    assert not stale, "stale notebook twins (run `python -m probeguard_core.notebook_twins`):\n" + "\n".join(stale)
+    assert not stale, "stale notebook twins (run `python -m probeguard_core.book.twins`):\n" + "\n".join(stale)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
@@ -36,7 +36,7 @@ def test_twin_is_unexecuted_with_stable_ids_and_install_cell(entry: bb.NotebookE
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
     assert sum("parameters" in c.metadata.get("tags", []) for c in code) == 1
     # the same cells the build executes, in the same order
-    src = bb._read_source(REPO / entry.source)
+    src = bb.read_source(REPO / entry.source)
     assert [(c.cell_type, c.source) for c in nb.cells[1:]] == [(c.cell_type, c.source) for c in src.cells]
 
 

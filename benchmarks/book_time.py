@@ -1,7 +1,7 @@
 """Cold build time of the book: per notebook, split into kernel start / imports / reading /
 compute, and in total (issue 15: at most 60 s of notebook time on a quiet 2-core machine).
 
-    .venv/bin/python benchmarks/book_build_time.py [--release data/simulated-v1] [--jobs 2]
+    .venv/bin/python benchmarks/book_time.py [--release data/simulated-v1] [--jobs 2]
         [--only NAME ...] [--no-html]
 
 Removes ``book/_generated`` and ``_build`` first (a cold build) and runs every registered
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from probeguard_core import book_build as bb
+from probeguard_core.book import build as bb
 
 STARTUP = r'''
 def _pg_install():
