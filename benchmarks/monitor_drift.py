@@ -26,7 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from probeguard_core import deploy, monitor  # noqa: E402 (after the sys.path set-up)
+from probeguard_core import deploy  # noqa: E402 (after the sys.path set-up)
+from probeguard_core.deploy import monitor  # noqa: E402
 
 CELL = ROOT / "data" / "simulated-v1" / "medqa" / "qwen3-8b"
 

@@ -55,9 +55,7 @@ def _builders(rel: Any) -> dict[str, Callable[[], str]]:
         return _hash(w.coverage, w.observed)
 
     def drift() -> str:
-        from probeguard_core.monitor_chapter import drift_demo
-
-        d = drift_demo(rel, dataset="medqa", backbone="Qwen/Qwen3-8B", alpha=0.10, shift=0.30, change_at=200,
+        d = tables.drift_demo(rel, dataset="medqa", backbone="Qwen/Qwen3-8B", alpha=0.10, shift=0.30, change_at=200,
                        length=1200, window=600, seed=42)
         return _hash(d.summary(), d.recalibration(), d.headline())
 

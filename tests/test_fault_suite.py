@@ -262,7 +262,7 @@ def test_rename_failure_leaves_nothing(cell: dict[str, Path], tmp_path: Path, ca
             raise OSError(28, "No space left on device")
         real(src, dst)
 
-    monkeypatch.setattr(deploy.os, "replace", flaky)
+    monkeypatch.setattr(os, "replace", flaky)
     out = tmp_path / "new" / "out"
     rc, _, err = run(certify_argv(cell, out), capsys)
     assert rc == 2 and "No space left on device" in one_error_line(err)
@@ -283,7 +283,7 @@ def test_interrupt_while_writing_keeps_old_outputs(cell: dict[str, Path], tmp_pa
             raise KeyboardInterrupt
         real(src, dst)
 
-    monkeypatch.setattr(deploy.os, "replace", interrupted)
+    monkeypatch.setattr(os, "replace", interrupted)
     rc, _, err = run(certify_argv(cell, out), capsys)
     assert rc == 130 and "interrupted" in err
     assert sorted(p.name for p in out.iterdir()) == ["certificate.json"]
@@ -595,11 +595,10 @@ def test_killed_run_leaves_nothing_the_next_run_keeps(cell: dict[str, Path], tmp
     out = tmp_path / "o"
     code = (
         "import os, signal, sys\n"
-        "from probeguard_core import deploy\n"
-        "real = deploy.os.replace\n"
+        "import probeguard_core.deploy.certify\n"
         "def die(a, b):\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
-        "deploy.os.replace = die\n"
+        "os.replace = die\n"
         "from probeguard_core.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

@@ -20,7 +20,8 @@ import pytest
 from scipy import integrate, stats
 from test_cli_certify import build_cell, certify_argv
 
-from probeguard_core import deploy, monitor
+from probeguard_core import deploy
+from probeguard_core.deploy import monitor
 from probeguard_core.cli import main
 from probeguard_core.simulate.drift import DriftSchedule, drift_stream, drifted_params
 

@@ -4,7 +4,7 @@
 given and writes ``DIR/certificate.json`` and a self-contained ``DIR/report.html``;
 ``apply`` decides answer / abstain for every question of new logs with a certificate.
 Both write a referral dossier for every question they do not answer (``dossiers.jsonl``,
-:mod:`probeguard_core.dossier`), and refuse to write over any of their inputs.
+:mod:`probeguard_core.deploy.dossier`), and refuse to write over any of their inputs.
 Both write through a temporary file and a rename: on any error nothing partial is left.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from probeguard_core import deploy
 from probeguard_core.certify import check_level
 from probeguard_core.cli import UsageError, refuse_overwriting_inputs
-from probeguard_core.dossier import build_dossiers, dossiers_bytes
+from probeguard_core.deploy.dossier import build_dossiers, dossiers_bytes
 
 #: The files ``certify`` writes into ``--out``.
 CERTIFY_OUTPUTS = ("certificate.json", "report.html", "dossiers.jsonl")
@@ -55,7 +55,7 @@ def _command_line(args: argparse.Namespace) -> str:
 
 
 def _certify(args: argparse.Namespace) -> int:
-    from probeguard_core.report import render_report
+    from probeguard_core.deploy.report import render_report
 
     _levels(args)
     out = Path(args.out)

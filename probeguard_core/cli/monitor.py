@@ -2,7 +2,7 @@
 
 Reads a certificate and a stream of newly labelled logs (``--logs`` repeated, in time order,
 one batch per file; probe / NLI records joined by qid), runs the anytime-valid test of
-H0: risk <= alpha per certified stratum (:mod:`probeguard_core.monitor`) and writes
+H0: risk <= alpha per certified stratum (:mod:`probeguard_core.deploy.monitor`) and writes
 ``monitor.json``, ``timeline.html`` and ``timeline.png`` into ``--out``.  Exit code 3 and one
 ``ALARM`` line per stratum when the test rejects.  With ``--recalibrate-window W`` it also
 certifies the most recent W labelled questions with the same Learn-then-Test and writes
@@ -28,9 +28,9 @@ RECAL_OUTPUTS = ("certificate.json", "report.html", "dossiers.jsonl")
 
 
 def _run(args: argparse.Namespace) -> int:
-    from probeguard_core import monitor as MO
-    from probeguard_core.dossier import build_dossiers, dossiers_bytes
-    from probeguard_core.report import render_report
+    from probeguard_core.deploy import monitor as MO
+    from probeguard_core.deploy.dossier import build_dossiers, dossiers_bytes
+    from probeguard_core.deploy.report import render_report
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():

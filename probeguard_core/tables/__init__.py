@@ -15,6 +15,7 @@
 ``display``          tables and notes for reading (never changes a number in a CSV)
 ``figures``          the paper's figures drawn from the builders' tables
 ``protocols``        ``CellLike`` / ``ReleaseLike``: what the builders need of a release
+``deploying``        the chapter "Deploying: recalibration and drift" (§5.3)
 ===================  ==========================================================================
 
 Every public name of the submodules is also an attribute of this package, imported on first
@@ -65,6 +66,9 @@ NAMES: dict[str, str] = {
     **dict.fromkeys([
         "pick_backbone", "pick_backbones", "pick_dataset", "pick_datasets",
     ], "picking"),
+    **dict.fromkeys([
+        "BENCHMARK_RESULT", "DriftDemo", "drift_demo", "measured_rates",
+    ], "deploying"),
     **dict.fromkeys([
         "TRAJECTORY_FAMILIES", "difficulty_correlations", "difficulty_summary", "pilot_page", "pilot_shift",
     ], "difficulty"),

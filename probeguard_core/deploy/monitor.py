@@ -25,7 +25,7 @@ gives P(exists n: M_n >= 1/level) <= level.  The alarm fires the first time M_n(
 too but far looser.  No PyPI library installs here for this (``confseq`` ships no wheel and
 needs a C++ toolchain), so it is written once, vectorized, below.
 
-Recalibration (:func:`recalibrate`): the same Learn-then-Test (:func:`deploy.certify_logs`, the
+Recalibration (:func:`recalibrate`): the same Learn-then-Test (:func:`certify.certify_logs`, the
 old certificate's alpha, delta, grid and stratification) on the most recent ``window``
 labelled questions, with the data it used recorded in the new certificate's
 ``recalibration`` field.
@@ -43,9 +43,15 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from probeguard_core import deploy
+from probeguard_core import certify as C
 from probeguard_core import logs as L
+from probeguard_core.deploy.apply import apply_certificate
+from probeguard_core.deploy.certificate import DeploymentCertificate, validate_certificate
+from probeguard_core.deploy.certify import certify_logs
+from probeguard_core.deploy.errors import DeployError
+from probeguard_core.deploy.inputs import Inputs, load_inputs
 from probeguard_core.features import is_correct
+from probeguard_core.fileio import jsonable
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -159,7 +165,7 @@ class MonitorResult:
 
     def to_json(self) -> dict[str, Any]:
         """``monitor.json``: settings, batches, per-stratum totals and alarms."""
-        return deploy.jsonable({
+        return jsonable({
             "schema_version": MONITOR_SCHEMA_VERSION, "method": METHOD, "alpha": self.alpha, "level": self.level,
             "prior": {"family": "Beta(alpha r, (1 - alpha) r) truncated to [alpha, 1]", "r": self.prior_strength},
             "certificate_sha256": self.certificate_sha256, "n_questions": self.n_questions, "batches": self.batches,
@@ -179,7 +185,7 @@ class MonitorResult:
 
 
 def _answered_errors(cert: Mapping[str, Any], batch: StreamBatch) -> pd.DataFrame:
-    table = deploy.apply_certificate(cert, batch.logs, batch.probe, batch.nli)
+    table = apply_certificate(cert, batch.logs, batch.probe, batch.nli)
     table["error"] = [not is_correct(log) for log in batch.logs]
     return table
 
@@ -192,14 +198,12 @@ def monitor(cert: Mapping[str, Any], batches: Sequence[StreamBatch], *, level: f
     An alarm is raised the first time M_n(alpha) >= 1/level; it records the stratum, the stream
     position, batch and qid, the counts, LCB_n and its excess over alpha.
     """
-    from probeguard_core import certify as C
-
-    cert = deploy.validate_certificate(cert)
-    level = C.check_level("level", level, deploy.DeployError)
+    cert = validate_certificate(cert)
+    level = C.check_level("level", level, DeployError)
     if not prior_strength > 0 or not math.isfinite(prior_strength):
-        raise deploy.DeployError(f"prior_strength must be a positive number, got {prior_strength!r}")
+        raise DeployError(f"prior_strength must be a positive number, got {prior_strength!r}")
     if not batches:
-        raise deploy.DeployError("no batches to monitor")
+        raise DeployError("no batches to monitor")
     alpha = float(cert["alpha"])
     strata = [s["name"] for s in cert["strata"] if s["threshold"] is not None]
     frames, info, offset = [], [], 0
@@ -238,13 +242,13 @@ def monitor(cert: Mapping[str, Any], batches: Sequence[StreamBatch], *, level: f
                          len(allq), strata, alarms)
 
 
-def window_inputs(batches: Sequence[StreamBatch], window: int) -> tuple[deploy.Inputs, dict[str, Any]]:
+def window_inputs(batches: Sequence[StreamBatch], window: int) -> tuple[Inputs, dict[str, Any]]:
     """The most recent ``window`` labelled questions of ``batches`` with their records, and what was used."""
     if not (isinstance(window, int) and not isinstance(window, bool) and window >= 1):
-        raise deploy.DeployError(f"window must be a positive integer, got {window!r}")
+        raise DeployError(f"window must be a positive integer, got {window!r}")
     tagged = [(b, log) for b in batches for log in b.logs]
     if not tagged:
-        raise deploy.DeployError("no labelled questions to recalibrate on")
+        raise DeployError("no labelled questions to recalibrate on")
     used = tagged[-window:]
     qids = {log.qid for _, log in used}
     logs = [log for _, log in used]
@@ -259,12 +263,12 @@ def window_inputs(batches: Sequence[StreamBatch], window: int) -> tuple[deploy.I
                     for b in batches if b.label in per_batch],
     }
     files = [{"role": "logs", "path": b.label, "sha256": b.sha256 or ""} for b in batches if b.label in per_batch]
-    return deploy.Inputs(logs, probe, nli, files), record
+    return Inputs(logs, probe, nli, files), record
 
 
 def recalibrate(cert: Mapping[str, Any], batches: Sequence[StreamBatch], window: int, *,
                 created_by: str | None = None, reason: str = "requested"
-                ) -> tuple[deploy.DeploymentCertificate, deploy.Inputs]:
+                ) -> tuple[DeploymentCertificate, Inputs]:
     """A fresh certificate from the most recent ``window`` labelled questions of ``batches``.
 
     Same Learn-then-Test as the original (its alpha, delta, grid, stratification and dataset
@@ -272,13 +276,13 @@ def recalibrate(cert: Mapping[str, Any], batches: Sequence[StreamBatch], window:
     questions used (first and last qid, per batch counts and sha256) and the certificate it
     replaces.  Returns the certificate and the window's inputs (for its report and dossiers).
     """
-    cert = deploy.validate_certificate(cert)
+    cert = validate_certificate(cert)
     inputs, record = window_inputs(batches, window)
     record = {"reason": reason, **record, "replaces_certificate_sha256": cert.get("content_sha256")}
-    new = deploy.certify_logs(
+    new = certify_logs(
         inputs, alpha=cert["alpha"], delta=cert["delta"], stratify_by=cert["stratify_by"],
         allow_mixed_datasets=bool(cert.get("allow_mixed_datasets", False)), grid=cert["grid"],
-        created_by=created_by or "probeguard_core.monitor.recalibrate", recalibration=record,
+        created_by=created_by or "probeguard_core.deploy.monitor.recalibrate", recalibration=record,
     )
     return new, inputs
 
@@ -406,7 +410,7 @@ def timeline_png(result: MonitorResult) -> bytes:
 def batches_from_files(logs: Sequence[str | os.PathLike[str]], probe: Sequence[str | os.PathLike[str]] | None,
                        nli: Sequence[str | os.PathLike[str]] | None) -> list[StreamBatch]:
     """Read a labelled stream: one batch per logs file (time order); probe / NLI records joined by qid."""
-    inputs = deploy.load_inputs(list(logs), probe, nli)
+    inputs = load_inputs(list(logs), probe, nli)
     sha = [f["sha256"] for f in inputs.files if f["role"] == "logs"]
     out = []
     for i, path in enumerate(logs):

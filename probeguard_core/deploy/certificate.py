@@ -1,8 +1,10 @@
 """The deployment certificate as a typed, self-checking object (§3.3, Algorithm 2, §5.3).
 
-:class:`DeploymentCertificate` is what :func:`probeguard_core.deploy.certify_logs` returns and
-what ``certificate.json`` holds (:meth:`DeploymentCertificate.to_json`).  It reads back with
-:meth:`DeploymentCertificate.from_json`, which refuses a certificate whose parts disagree:
+:class:`DeploymentCertificate` is what :func:`probeguard_core.deploy.certify.certify_logs`
+returns and what ``certificate.json`` holds (:meth:`DeploymentCertificate.to_json`,
+:func:`certificate_bytes`).  It reads back with :meth:`DeploymentCertificate.from_json`
+(:func:`load_certificate` from a file, :func:`validate_certificate` from a loaded object), which
+refuses a certificate whose parts disagree:
 
 * everything that can be recomputed from the certificate itself is recomputed -- every grid
   p-value (Eq. 6, :func:`probeguard_core.certify.binomial_pvalue`), the rejections at the
@@ -27,24 +29,30 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from probeguard_core import certify as C
+from probeguard_core.deploy.errors import DeployError
 from probeguard_core.fileio import jsonable  # the one JSON conversion
 
 __all__ = [
     "CERTIFICATE_FORMAT",
     "CERTIFICATE_VERSION",
+    "STRATIFY_CHOICES",
     "CertificateError",
     "DeploymentCertificate",
     "GridPoint",
     "StratumCertificate",
-    "jsonable",
+    "certificate_bytes",
+    "load_certificate",
+    "validate_certificate",
 ]
 
 CERTIFICATE_FORMAT = "probeguard-certificate"
@@ -134,7 +142,7 @@ class DeploymentCertificate(Mapping[str, Any]):
     """A stratified Learn-then-Test certificate of a deployer's logs (Algorithm 2, Eq. 5).
 
     Read-only mapping over :meth:`to_json` (``cert["alpha"]``), so code written for the
-    version-1 dict keeps working.  Build with :func:`probeguard_core.deploy.certify_logs`;
+    version-1 dict keeps working.  Build with :func:`probeguard_core.deploy.certify.certify_logs`;
     read with :meth:`from_json`.
     """
 
@@ -212,7 +220,7 @@ class DeploymentCertificate(Mapping[str, Any]):
 
     def to_bytes(self) -> bytes:
         """Canonical ``certificate.json`` bytes (stable key order, no NaN)."""
-        return (json.dumps(self._json, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        return _json_bytes(self._json)
 
     def __getitem__(self, key: str) -> Any:
         return self._json[key]
@@ -458,3 +466,45 @@ def _check_stratum(cert: DeploymentCertificate, st: StratumCertificate, at: str,
         raise _fail(where, f"{at}.coverage", f"is {st.coverage} but n_answered / n = {st.n_answered} / {st.n}")
     if (st.threshold is not None) != (st.status == "certified"):
         raise _fail(where, f"{at}.status", f"is {st.status!r} but the threshold is {st.threshold!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and writing certificate.json
+# --------------------------------------------------------------------------------------------
+
+def validate_certificate(cert: Any, where: str = "certificate") -> DeploymentCertificate:
+    """Check a loaded certificate (structure, recomputation, content hash); :class:`DeployError`
+    names the first field that is missing, mistyped or disagrees."""
+    try:
+        return DeploymentCertificate.from_json(cert, where)
+    except CertificateError as exc:
+        raise DeployError(str(exc)) from None
+
+
+def load_certificate(path: str | os.PathLike[str]) -> DeploymentCertificate:
+    """Read and validate ``certificate.json``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DeployError(f"{p}: certificate file does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DeployError(f"{p}: cannot read the certificate: {exc}") from None
+    if not text.strip():
+        raise DeployError(f"{p}: certificate file is empty")
+    try:
+        obj = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"non-standard JSON number {c}")))
+    except (ValueError, RecursionError) as exc:
+        raise DeployError(f"{p}: certificate is not valid JSON: {exc}") from None
+    return validate_certificate(obj, str(p))
+
+
+def certificate_bytes(cert: Mapping[str, Any]) -> bytes:
+    """The canonical ``certificate.json`` bytes (stable key order, no NaN)."""
+    if isinstance(cert, DeploymentCertificate):
+        return cert.to_bytes()
+    return _json_bytes(jsonable(cert))
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")

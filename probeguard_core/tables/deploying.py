@@ -1,9 +1,9 @@
-"""Builders of the chapter "Deploying: recalibration and drift" (§5.3; notebooks/deploying_drift.md).
+"""The chapter "Deploying: recalibration and drift" (§5.3; notebooks/deploying_drift.md).
 
 :func:`drift_demo` calibrates on a release cell (all of it, as ``probeguard certify`` does),
 streams newly labelled questions from the simulator twice -- once from the calibration
 distribution, once with the unanimous layer's base error raised at a change point
-(:mod:`probeguard_core.simulate.drift`) -- runs :func:`probeguard_core.monitor.monitor` on both
+(:mod:`probeguard_core.simulate.drift`) -- runs :func:`probeguard_core.deploy.monitor.monitor` on both
 and recalibrates on the most recent window of the drifted stream.  :func:`measured_rates`
 reads what ``benchmarks/monitor_drift.py`` measured over many streams (the false-alarm rate
 over >= 500 streams takes minutes, too long for a page build), with the command that made it.
@@ -21,23 +21,24 @@ from typing import Any
 
 import pandas as pd
 
-from probeguard_core import deploy
-from probeguard_core import monitor as MO
+from probeguard_core.deploy import monitor as MO
+from probeguard_core.deploy.certificate import DeploymentCertificate
+from probeguard_core.deploy.certify import certify_logs
 from probeguard_core.release import Release, backbone_slug
 
 __all__ = ["BENCHMARK_RESULT", "DriftDemo", "drift_demo", "measured_rates"]
 
-BENCHMARK_RESULT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "monitor_drift.json"
+BENCHMARK_RESULT = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "monitor_drift.json"
 
 
 @dataclass
 class DriftDemo:
     """A calibration certificate, its monitor on a steady and a drifted stream, and the recalibration."""
 
-    certificate: deploy.DeploymentCertificate
+    certificate: DeploymentCertificate
     steady: MO.MonitorResult
     drifted: MO.MonitorResult
-    recalibrated: deploy.DeploymentCertificate | None
+    recalibrated: DeploymentCertificate | None
     settings: dict[str, Any]
     notes: tuple[str, ...] = ()  # what the release lacked, and what the page used instead
 
@@ -119,7 +120,7 @@ def drift_demo(release: Release, *, dataset: str = "medqa", backbone: str = "Qwe
         cal_nli = [r for b in cal for r in b.nli]
         notes = (f"this release has no {dataset} / {backbone} cell, so the page calibrates on {window} questions "
                  f"the simulator draws for that cell (seed {seed - 1}) instead of on the release's own logs.",)
-    cert = deploy.certify_logs(cal_logs, cal_probe, cal_nli, alpha=alpha, created_by="monitor_chapter.drift_demo")
+    cert = certify_logs(cal_logs, cal_probe, cal_nli, alpha=alpha, created_by="tables.deploying.drift_demo")
 
     def stream(sched: DriftSchedule, s: int) -> list[MO.StreamBatch]:
         return [MO.StreamBatch(f"batch {b.index + 1}", b.logs, b.probe, b.nli)

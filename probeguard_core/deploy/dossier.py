@@ -2,7 +2,7 @@
 
 §5.3: a question outside the certified region is referred to a clinician *with its challenge
 documents and the record of dissent*.  :func:`build_dossiers` turns a decision table
-(:func:`probeguard_core.deploy.apply_certificate`) and the logs it came from into one record
+(:func:`probeguard_core.deploy.apply.apply_certificate`) and the logs it came from into one record
 per referred question; :func:`dossiers_bytes` writes them as ``dossiers.jsonl``.  Everything
 is read from the logs and probe records, nothing is inferred.
 
@@ -151,7 +151,7 @@ def build_dossiers(
 ) -> list[dict[str, Any]]:
     """One dossier per referred (``decision == "abstain"``) question, in the table's order.
 
-    ``table`` is :func:`probeguard_core.deploy.apply_certificate`'s output for ``logs``;
+    ``table`` is :func:`probeguard_core.deploy.apply.apply_certificate`'s output for ``logs``;
     ``probe`` the probe records (the counter-evidence arm is used); ``corpus`` a MedCorp-shaped
     file or folder giving the challenge documents' titles and first lines.
     """

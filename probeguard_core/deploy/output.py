@@ -5,8 +5,8 @@ file goes through a temporary file in its folder and ``os.replace``; on any fail
 Ctrl-C) the temporaries, the files already renamed and the folders it created are removed.  A
 run killed outright (SIGKILL, power loss) cannot clean up: its ``.NAME.XXXXXXXX.tmp`` files are
 removed by the next run that writes ``NAME``.  Folders are created only when the outputs are
-written, so an interrupted computation leaves no empty output folder.  This module adds the
-deployment commands' error type.
+written, so an interrupted computation leaves no empty output folder.  Failures are raised
+as :class:`~probeguard_core.deploy.errors.DeployError`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from probeguard_core import fileio
-from probeguard_core.fileio import remove_stale_temporaries
+from probeguard_core.deploy.errors import DeployError
 
-__all__ = ["DeployError", "atomic_write_text", "remove_stale_temporaries", "write_files_atomically"]
-
-
-class DeployError(ValueError):
-    """A bad certification / application request (names the input or parameter)."""
+__all__ = ["atomic_write_text", "write_files_atomically"]
 
 
 def write_files_atomically(files: Mapping[Path, bytes]) -> None:

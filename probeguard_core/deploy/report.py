@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from probeguard_core import metrics
+from probeguard_core.deploy.output import atomic_write_text
 
 __all__ = ["render_report", "risk_coverage_svg"]
 
@@ -145,8 +146,8 @@ def render_report(
     """Render the HTML report of ``cert`` (the ``certificate.json`` object) and return it.
 
     ``table`` is the calibration data's per-question table,
-    :func:`probeguard_core.deploy.calibration_table` (the decisions plus ``correct``);
-    ``dossiers`` the referral dossiers (:func:`probeguard_core.dossier.build_dossiers`), shown
+    :func:`probeguard_core.deploy.apply.calibration_table` (the decisions plus ``correct``);
+    ``dossiers`` the referral dossiers (:func:`probeguard_core.deploy.dossier.build_dossiers`), shown
     as one collapsible entry per referred question with a qid index.  Every string from the
     inputs is HTML-escaped (Jinja autoescape).  With ``path`` the page is also written there
     atomically.
@@ -154,7 +155,7 @@ def render_report(
     import jinja2
 
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("probeguard_core", "templates"),
+        loader=jinja2.PackageLoader("probeguard_core.deploy", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -205,7 +206,5 @@ def render_report(
         dossiers=list(dossiers) if dossiers is not None else None,
     )
     if path is not None:
-        from probeguard_core.deploy import atomic_write_text
-
         atomic_write_text(Path(path), html)
     return html
