@@ -115,10 +115,15 @@ def _run(name: str, checkout: Path) -> dict[str, Any]:
 def _routes() -> bool:
     """Before/after CPU seconds of the simulator's inner routes (one process, same inputs); True when all agree."""
     import numpy as np
+    import yaml
 
+    from probeguard_core.simulate import bank as B
+    from probeguard_core.simulate import calibration as CA
     from probeguard_core.simulate import draws as DR
     from probeguard_core.simulate import drift as D
+    from probeguard_core.simulate import dynamics as DY
     from probeguard_core.simulate import model as M
+    from probeguard_core.simulate import params as P
     from probeguard_core.simulate import text as TX
 
     class NumpyDraws(DR.Draws):
@@ -157,39 +162,43 @@ def _routes() -> bool:
         w = 1.0 / (1.0 + np.arange(40)) ** 0.7
         return [list(sample(rng, w / w.sum(), 1 + i % 8)) for i in range(3000)]
 
-    params = M.load_params()
+    params = P.load_params()
     cell = "medqa/qwen3-8b"
     texts = []
     for rate in (0.05, 0.10, 0.15, 0.25):  # the what-if page's layers (simulate.whatif's edit of the cell)
-        p = M.load_params()
+        p = P.load_params()
         cp = p["cells"][cell]
-        e, u = float(M.v(cp["unanimous_error"])), float(M.v(cp["first_round_unanimity"]))
+        e, u = float(P.v(cp["unanimous_error"])), float(P.v(cp["first_round_unanimity"]))
         cp["unanimous_error"] = {"value": rate, "assumed": "benchmark"}
-        cp["overall_accuracy"] = {"value": float(M.v(cp["overall_accuracy"])) + u * (e - rate), "assumed": "benchmark"}
-        texts.append(M.yaml.safe_dump(p, sort_keys=True))
+        cp["overall_accuracy"] = {"value": float(P.v(cp["overall_accuracy"])) + u * (e - rate), "assumed": "benchmark"}
+        texts.append(yaml.safe_dump(p, sort_keys=True))
 
     def calibrations(share: bool) -> list[Any]:
         out = []
-        for caches in (M._panels, M._round1_table, M._calibrate_cached, M._flip_given_cached):
+        for caches in (CA._panels, CA._round1_table, CA._calibrate_cached, CA._flip_given_cached):
             caches.cache_clear()
         for text in texts:
             if not share:
-                M._panels.cache_clear()
-                M._round1_table.cache_clear()
-            out.append(M._calibrate_cached(cell, text))
+                CA._panels.cache_clear()
+                CA._round1_table.cache_clear()
+            out.append(CA._calibrate_cached(cell, text))
         return out
 
     def stream(numpy_draws: bool) -> str:
-        saved = M.Draws, M.weighted_sample
+        numpy_route = {"Draws": NumpyDraws,
+                       "weighted_sample": lambda r, p, k: r.choice(len(p), size=k, replace=False, p=p).tolist()}
+        saved = [(mod, name, getattr(mod, name)) for mod in (B, DY, M) for name in numpy_route if hasattr(mod, name)]
         if numpy_draws:  # the simulator's scalar and weighted draws through numpy's own calls
-            M.Draws, M.weighted_sample = NumpyDraws, lambda r, p, k: r.choice(len(p), size=k, replace=False, p=p).tolist()
+            for mod, name, _ in saved:
+                setattr(mod, name, numpy_route[name])
         try:
             bs = D.drift_stream(300, D.DriftSchedule(shift=0.3, change_at=100), seed=43)
         finally:
-            M.Draws, M.weighted_sample = saved
+            for mod, name, fn in saved:
+                setattr(mod, name, fn)
         return _hash([r.model_dump(mode="json") for b in bs for r in (*b.logs, *b.probe, *b.nli)])
 
-    M.calibrate_cell(cell, D.drifted_params(cell, 0.3, params))  # calibrations outside the stream's clock
+    CA.calibrate_cell(cell, D.drifted_params(cell, 0.3, params))  # calibrations outside the stream's clock
     routes = [
         ("5000 rationales: numpy draws / Draws", lambda: rationales(NumpyDraws), lambda: rationales(DR.Draws)),
         ("3000 weighted doc samples: choice(p) / weighted_sample",

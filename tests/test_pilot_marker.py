@@ -8,7 +8,7 @@ import pytest
 from helpers import make_log
 
 from probeguard_core import logs as L
-from probeguard_core.simulate import model as M
+from probeguard_core.simulate import params as P
 from probeguard_core.simulate import writer as W
 
 
@@ -24,7 +24,7 @@ def test_reader_accepts_bool_or_absent_and_names_the_field(tmp_path):
 
 
 def test_marker_changes_no_other_simulated_value():
-    params = M.load_params()
+    params = P.load_params()
     cell = "medqa/qwen3-8b"
     assert "probe_pilot" in params["cells"][cell]
     marked = W.simulate_cell(cell, n=40, params=params, progress=False)

@@ -13,7 +13,7 @@ import pytest
 
 from probeguard_core import logs as L
 from probeguard_core.release import load_release
-from probeguard_core.simulate import model as M
+from probeguard_core.simulate import params as P
 from probeguard_core.simulate.datasheet import agrees, orderings, parameter_rows
 
 RELEASE = Path(__file__).resolve().parents[1] / "data" / "simulated-v1"
@@ -26,7 +26,7 @@ def release():
 
 @pytest.fixture(scope="module")
 def params():
-    return M.load_params()
+    return P.load_params()
 
 
 def test_manifest(release, params):
@@ -34,7 +34,7 @@ def test_manifest(release, params):
     assert m["name"] == "simulated-v1" and m["provenance"] == "simulated" and m["seed"] == 42
     assert m["generator"] == "probeguard_core.simulate" and m["generator_version"] == params["generator_version"]
     assert m["command"] == "probeguard simulate --out data/simulated-v1"
-    assert [c["path"] for c in m["cells"]] == [c[0] for c in M.CELLS]
+    assert [c["path"] for c in m["cells"]] == [c[0] for c in P.CELLS]
     assert {c["path"]: c["role"] for c in m["cells"]}["medqa-augment/qwen3-8b"] == "augment"
     assert set(m["files"]) == {p.relative_to(RELEASE).as_posix() for p in RELEASE.rglob("*") if p.is_file() and p.name != "manifest.json"}
     assert sum(p.stat().st_size for p in RELEASE.rglob("*") if p.is_file()) <= 60 * 2**20
@@ -64,7 +64,7 @@ def test_parameters_target_vs_measured(release, params):
         print(f"{r['cell']:<36} {r['parameter']:<44} {r['target']:>9.3f} {r['measured']:>9.3f} {r['n']:>6}  {'yes' if agrees(r) else 'NO'}")
     bad = [f"{r['cell']} {r['parameter']}: target {r['target']:.3f} measured {r['measured']:.3f} (n={r['n']})" for r in rows if not agrees(r)]
     assert not bad, "\n".join(bad)
-    assert {r["cell"] for r in rows} == {c[0] for c in M.CELLS}
+    assert {r["cell"] for r in rows} == {c[0] for c in P.CELLS}
 
 
 def test_datasheet_reports_the_measured_orderings(release):

@@ -14,7 +14,8 @@ from probeguard_core.claims import extract_claims
 from probeguard_core.cli import main as cli_main
 from probeguard_core.release import load_release, sha256_file
 from probeguard_core.rse import rationale_semantic_entropy
-from probeguard_core.simulate import model as M
+from probeguard_core.simulate import calibration as CA
+from probeguard_core.simulate import params as P
 from probeguard_core.simulate import text as TX
 from probeguard_core.simulate import (
     simulate_cell,
@@ -30,7 +31,7 @@ SHIPPED = ROOT / "data" / "simulated-v1"
 
 @pytest.fixture(scope="module")
 def params():
-    return M.load_params()
+    return P.load_params()
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +45,11 @@ def test_every_input_has_a_source_or_assumption(params):
     # load_params checks it; a leaf without either is rejected with its name
     bad = {**params, "panel": {**params["panel"], "n_candidates": {"value": 8}}}
     with pytest.raises(ValueError, match="panel.n_candidates"):
-        M._check_leaves(bad["panel"], "panel")
+        P._check_leaves(bad["panel"], "panel")
 
 
 def test_no_output_metric_is_an_input():
-    text = (Path(M.__file__).with_name("params.yaml")).read_text(encoding="utf-8")
+    text = (Path(P.__file__).with_name("params.yaml")).read_text(encoding="utf-8")
     keys = [line.split(":")[0].strip().lower() for line in text.splitlines() if ":" in line and not line.strip().startswith("#")]
     for forbidden in ("auroc", "aurc", "coverage", "realized"):
         assert not any(forbidden in k for k in keys), forbidden
@@ -56,12 +57,12 @@ def test_no_output_metric_is_an_input():
 
 def test_mixture_solve_is_exact_and_rejects_infeasible():
     rates = {"knowledge": (0.9, 0.9), "misconception": (0.7, 0.0), "uncertain": (0.03, 0.01)}
-    pi = M.solve_mixture(0.59, 0.134, rates, "t")
-    U = sum(pi[s] * rates[s][0] for s in M.STATES)
-    R = sum(pi[s] * rates[s][1] for s in M.STATES)
+    pi = CA.solve_mixture(0.59, 0.134, rates, "t")
+    U = sum(pi[s] * rates[s][0] for s in P.STATES)
+    R = sum(pi[s] * rates[s][1] for s in P.STATES)
     assert U == pytest.approx(0.59) and 1 - R / U == pytest.approx(0.134)
     with pytest.raises(ValueError, match="infeasible"):
-        M.solve_mixture(0.95, 0.5, rates, "cell x")
+        CA.solve_mixture(0.95, 0.5, rates, "cell x")
 
 
 # ---------------------------------------------------------------- text

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from probeguard_core.simulate import model as M
+from probeguard_core.simulate import params as P
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -17,8 +17,8 @@ def _run(args: argparse.Namespace) -> int:
     from probeguard_core.simulate.writer import simulate_release
 
     for c in args.cells or []:
-        if c not in M.CELL_INDEX:
-            raise UsageError(f"--cells: unknown cell {c!r}; choose from {', '.join(M.CELL_INDEX)}")
+        if c not in P.CELL_INDEX:
+            raise UsageError(f"--cells: unknown cell {c!r}; choose from {', '.join(P.CELL_INDEX)}")
     if not (0 < args.scale <= 1.0):
         raise UsageError(f"--scale must be in (0, 1], got {args.scale}")
     if args.jobs is not None and args.jobs < 1:
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="write the simulated release (logs, probe, NLI, self-reports, manifest, datasheet)")
     p.add_argument("--out", required=True, help="release folder, e.g. data/simulated-v1")
     p.add_argument("--cells", action="append", metavar="DATASET/BACKBONE",
-                   help=f"only these cells (repeatable): {', '.join(M.CELL_INDEX)}")
+                   help=f"only these cells (repeatable): {', '.join(P.CELL_INDEX)}")
     p.add_argument("--scale", type=float, default=1.0, help="fraction of each cell's questions (a prefix), default 1.0")
     p.add_argument("--resume", action="store_true", help="keep cells whose logs file already exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

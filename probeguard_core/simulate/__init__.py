@@ -11,7 +11,8 @@ Public API::
 Everything the simulator writes is marked ``provenance: "simulated"`` in the manifest.
 """
 
-from probeguard_core.simulate.model import CELLS, Calibration, calibrate_cell, load_params
+from probeguard_core.simulate.calibration import Calibration, calibrate_cell
+from probeguard_core.simulate.params import CELLS, load_params
 from probeguard_core.simulate.whatif import simulate_unanimous_layer, unanimous_layer_table
 from probeguard_core.simulate.writer import CellData, simulate_cell, simulate_release, write_cell
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from probeguard_core.simulate import model as M
+from probeguard_core.simulate import calibration as CA
+from probeguard_core.simulate import params as P
 
 
 def _rate(k: float, n: int) -> float:
@@ -25,8 +26,6 @@ def _rate(k: float, n: int) -> float:
 
 def parameter_rows(cell: Any, params: dict[str, Any], scale: float = 1.0) -> list[dict[str, Any]]:
     """Target vs measured for one release cell (a :class:`probeguard_core.release.Cell`) generated at ``scale``."""
-    from probeguard_core.simulate.writer import cell_size
-
     from probeguard_core.features import first_round_agreement, is_correct
     from probeguard_core.probe import is_flipped
 
@@ -34,7 +33,7 @@ def parameter_rows(cell: Any, params: dict[str, Any], scale: float = 1.0) -> lis
     if key not in params["cells"]:
         raise ValueError(f"cell {key!r} is not in the parameter file")
     cp = params["cells"][key]
-    base = M.v(cp["like"]) if "like" in cp else key
+    base = P.v(cp["like"]) if "like" in cp else key
     bp = params["cells"][base]
     logs = cell.logs
     rows: list[dict[str, Any]] = []
@@ -50,25 +49,25 @@ def parameter_rows(cell: Any, params: dict[str, Any], scale: float = 1.0) -> lis
     unan = np.array([first_round_agreement(g) == 1.0 for g in logs])
     corr = np.array([is_correct(g) for g in logs])
     n = len(logs)
-    add("n_questions", float(cell_size(key, params, scale)), float(n), n, src(cp["n_questions"]), kind="count")
+    add("n_questions", float(P.cell_size(key, params, scale)), float(n), n, src(cp["n_questions"]), kind="count")
     if cell.role == "augment":
         add("first_round_unanimity (pool is conditioned on it)", 1.0, float(unan.mean()), n, src(cp["like"]), kind="exact")
     else:
-        add("first_round_unanimity", float(M.v(cp["first_round_unanimity"])), float(unan.mean()), n, src(cp["first_round_unanimity"]))
-        add("overall_accuracy", float(M.v(cp["overall_accuracy"])), float(corr.mean()), n, src(cp["overall_accuracy"]))
-    add("unanimous_error", float(M.v(bp["unanimous_error"])), float(1 - corr[unan].mean()), int(unan.sum()), src(bp["unanimous_error"]))
+        add("first_round_unanimity", float(P.v(cp["first_round_unanimity"])), float(unan.mean()), n, src(cp["first_round_unanimity"]))
+        add("overall_accuracy", float(P.v(cp["overall_accuracy"])), float(corr.mean()), n, src(cp["overall_accuracy"]))
+    add("unanimous_error", float(P.v(bp["unanimous_error"])), float(1 - corr[unan].mean()), int(unan.sum()), src(bp["unanimous_error"]))
     if "error_by_round" in cp:
         from probeguard_core.features import converged
 
         T = np.array([len(g.rounds) for g in logs])
         conv = np.array([converged(g) for g in logs])
-        for r, t in M.v(cp["error_by_round"]).items():
+        for r, t in P.v(cp["error_by_round"]).items():
             m = conv & (T == int(r))
             add(f"error_by_round[{r}]", float(t), float(1 - corr[m].mean()) if m.any() else math.nan, int(m.sum()), src(cp["error_by_round"]))
     if cell.has("probe"):
-        flips = M._probe_targets(bp, params["cells"]["medqa/qwen3-8b"])
+        flips = CA.probe_targets(bp, params["cells"]["medqa/qwen3-8b"])
         by_q = {g.qid: c for g, c in zip(logs, corr)}
-        for arm in M.ARMS:
+        for arm in P.ARMS:
             recs = cell.probe_by_arm(arm)
             if not recs:
                 continue
@@ -78,24 +77,24 @@ def parameter_rows(cell: Any, params: dict[str, Any], scale: float = 1.0) -> lis
                 source = src(node) if node is not None else "Table 6 ratios x the cell's probe rates (assumed)"
                 add(f"flip_{label}[{arm}]", flips[arm][idx], _rate(sum(sel), len(sel)), len(sel), source)
     if "substrate_wall_s_median" in cp:
-        add("substrate_wall_s_median", float(M.v(cp["substrate_wall_s_median"])),
+        add("substrate_wall_s_median", float(P.v(cp["substrate_wall_s_median"])),
             float(np.median([g.cost.wall_s for g in logs])), n, src(cp["substrate_wall_s_median"]), kind="median")
         ce = cell.probe_by_arm("counter_evidence")
-        add("probe_wall_s_median", float(M.v(cp["probe_wall_s_median"])), float(np.median([r.cost.wall_s for r in ce])),
+        add("probe_wall_s_median", float(P.v(cp["probe_wall_s_median"])), float(np.median([r.cost.wall_s for r in ce])),
             len(ce), src(cp["probe_wall_s_median"]), kind="median")
-        add("probe_tokens_median", float(M.v(cp["probe_tokens_median"])),
+        add("probe_tokens_median", float(P.v(cp["probe_tokens_median"])),
             float(np.median([r.cost.completion_tokens for r in ce])), len(ce), src(cp["probe_tokens_median"]), kind="median")
     if "probe_pilot" in cp:  # DESIGN 2.1 probe_pilot (§5.2), drawn among the unanimous questions
-        add("probe_pilot (questions marked)", float(M.v(cp["probe_pilot"])),
+        add("probe_pilot (questions marked)", float(P.v(cp["probe_pilot"])),
             float(sum(1 for g in logs if g.probe_pilot)), int(unan.sum()), src(cp["probe_pilot"]), kind="count")
     if cell.dataset == "medqa" and cell.role == "main":
         lab = [g for g in logs if g.specialty is not None]
-        full = n == int(M.v(cp["n_questions"]))
+        full = n == int(P.v(cp["n_questions"]))
         if full:
-            add("n_specialty_labelled", float(M.v(params["specialties"]["n_labelled"])), float(len(lab)), n,
+            add("n_specialty_labelled", float(P.v(params["specialties"]["n_labelled"])), float(len(lab)), n,
                 src(params["specialties"]["n_labelled"]), kind="count")
         if key == "medqa/qwen3-8b" and full:
-            add("n_unanimous_labelled", float(M.v(params["specialties"]["n_unanimous_labelled"])),
+            add("n_unanimous_labelled", float(P.v(params["specialties"]["n_unanimous_labelled"])),
                 float(sum(1 for g in lab if first_round_agreement(g) == 1.0)), len(lab),
                 src(params["specialties"]["n_unanimous_labelled"]), kind="count")
             for s, row in params["specialties"]["table8"].items():
@@ -173,7 +172,7 @@ def render_datasheet(root: str | Path, cells: list[str], params: dict[str, Any],
 
     fake = rel or Release(path=Path(root), manifest={})
     for c in cells:
-        _, dataset, backbone, role = M.cell_spec(c)
+        _, dataset, backbone, role = P.cell_spec(c)
         cell_objs.append(Cell(fake, dataset, backbone, Path(root) / c, role))
     lines = [_HEAD.format(version=params["generator_version"], scale=scale)]
     lines.append("| cell | parameter | target | measured | n | within 3 SE + 0.02 | source |\n|---|---|---|---|---|---|---|")

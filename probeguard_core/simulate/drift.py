@@ -7,7 +7,7 @@ layer** (``unanimous_error``, the share of wrong unanimous first rounds) raised 
 from question ``change_at`` on -- as a step, or as a ramp over ``ramp`` questions in ``levels``
 steps.  The contested part's accuracy is kept as in the cell (the cell's overall accuracy moves
 with the layer, as :mod:`probeguard_core.simulate.whatif` does).  The state mixture, evidence
-strength and probe collapse rates are re-solved by :func:`model.calibrate_cell` for each level,
+strength and probe collapse rates are re-solved by :func:`calibration.calibrate_cell` for each level,
 so every metric downstream (the monitor's risk among answered questions, coverage) emerges from
 raw simulated logs; none is set.
 
@@ -23,7 +23,10 @@ from typing import Any
 
 from probeguard_core import SEED
 from probeguard_core import logs as L
+from probeguard_core.simulate import bank as B
+from probeguard_core.simulate import calibration as CA
 from probeguard_core.simulate import model as M
+from probeguard_core.simulate import params as P
 
 __all__ = ["Batch", "DriftSchedule", "base_error_at", "drift_stream", "drifted_params"]
 
@@ -74,23 +77,23 @@ def drifted_params(cell: str, shift: float, params: dict[str, Any] | None = None
 
     The contested part keeps its accuracy: overall accuracy drops by ``unanimity * shift``.
     """
-    params = copy.deepcopy(params if params is not None else M.load_params())
+    params = copy.deepcopy(params if params is not None else P.load_params())
     cp = params["cells"][cell]
-    e = float(M.v(cp["unanimous_error"]))
+    e = float(P.v(cp["unanimous_error"]))
     if shift == 0.0:
         return params
     if not 0.0 <= e + shift < 1.0:
         raise ValueError(f"{cell}: base error {e} + shift {shift} is outside [0, 1)")
-    u = float(M.v(cp["first_round_unanimity"]))
+    u = float(P.v(cp["first_round_unanimity"]))
     cp["unanimous_error"] = {"value": e + shift, "assumed": f"drift stream: {e} + {shift}"}
-    cp["overall_accuracy"] = {"value": float(M.v(cp["overall_accuracy"])) - u * shift,
+    cp["overall_accuracy"] = {"value": float(P.v(cp["overall_accuracy"])) - u * shift,
                               "assumed": f"drift stream: contested accuracy kept, layer error + {shift}"}
     return params
 
 
 def base_error_at(cell: str, schedule: DriftSchedule, i: int) -> float:
     """The unanimous layer's base error at question ``i`` of a stream (the simulator's input)."""
-    return float(M.v(M.load_params()["cells"][cell]["unanimous_error"])) + schedule.shift_at(i)
+    return float(P.v(P.load_params()["cells"][cell]["unanimous_error"])) + schedule.shift_at(i)
 
 
 def drift_stream(
@@ -109,21 +112,21 @@ def drift_stream(
     if not (isinstance(n, int) and n >= 1 and isinstance(batch_size, int) and batch_size >= 1):
         raise ValueError(f"n and batch_size must be positive integers, got {n!r}, {batch_size!r}")
     schedule = schedule or DriftSchedule()
-    _, dataset, backbone, _ = M.cell_spec(cell)
-    base = M.load_params()
-    by_shift: dict[float, tuple[dict[str, Any], M.Calibration]] = {}
+    _, dataset, backbone, _ = P.cell_spec(cell)
+    base = P.load_params()
+    by_shift: dict[float, tuple[dict[str, Any], CA.Calibration]] = {}
     batches: list[Batch] = []
-    e0 = float(M.v(base["cells"][cell]["unanimous_error"]))
+    e0 = float(P.v(base["cells"][cell]["unanimous_error"]))
     for start in range(0, n, batch_size):
         logs, probe, nli, errs = [], [], [], []
         for i in range(start, min(n, start + batch_size)):
             s = schedule.shift_at(i)
             if s not in by_shift:
                 p = drifted_params(cell, s, base)
-                by_shift[s] = (p, M.calibrate_cell(cell, p))
+                by_shift[s] = (p, CA.calibrate_cell(cell, p))
             params, cal = by_shift[s]
-            q = M.make_question(dataset, i, params, labelled=False, pool=f"-stream{seed}")
-            sim = M.simulate_question(q, cell, params, cal, rng=M.rng_for("drift", seed, cell, i),
+            q = B.make_question(dataset, i, params, labelled=False, pool=f"-stream{seed}")
+            sim = M.simulate_question(q, cell, params, cal, rng=P.rng_for("drift", seed, cell, i),
                                       with_self_report=False, dataset=dataset, backbone=backbone,
                                       arms=("counter_evidence",))
             logs.append(L.QuestionLog.model_validate(sim.log))

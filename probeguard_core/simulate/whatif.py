@@ -18,7 +18,10 @@ import pandas as pd
 
 from probeguard_core import SEED
 from probeguard_core import logs as L
+from probeguard_core.simulate import bank as B
+from probeguard_core.simulate import calibration as CA
 from probeguard_core.simulate import model as M
+from probeguard_core.simulate import params as P
 
 _BASE_CELL = {
     "Qwen/Qwen3-8B": "medqa/qwen3-8b",
@@ -28,7 +31,7 @@ _BASE_CELL = {
 
 
 def simulate_unanimous_layer(n: int, error_rate: float, seed: int = SEED, backbone: str = "Qwen/Qwen3-8B",
-                             arms: tuple[str, ...] = M.ARMS,
+                             arms: tuple[str, ...] = P.ARMS,
                              ) -> tuple[list[L.QuestionLog], list[L.ProbeRecord], list[L.NLIRecord]]:
     """``n`` MedQA-like questions with a unanimous first round whose consensus is wrong at rate ``error_rate``.
 
@@ -42,19 +45,19 @@ def simulate_unanimous_layer(n: int, error_rate: float, seed: int = SEED, backbo
     if not (0.0 <= error_rate < 1.0):
         raise ValueError(f"error_rate must be in [0, 1), got {error_rate!r}")
     cell = _BASE_CELL[backbone]
-    params = M.load_params()  # a fresh copy: edited below
+    params = P.load_params()  # a fresh copy: edited below
     cp = params["cells"][cell]
-    base_e = float(M.v(cp["unanimous_error"]))
+    base_e = float(P.v(cp["unanimous_error"]))
     cp["unanimous_error"] = {"value": float(error_rate), "assumed": "what-if input"}
     # keep the contested part's accuracy as in the cell (only the layer changes)
-    u = float(M.v(cp["first_round_unanimity"]))
-    acc = float(M.v(cp["overall_accuracy"])) + u * (base_e - error_rate)
+    u = float(P.v(cp["first_round_unanimity"]))
+    acc = float(P.v(cp["overall_accuracy"])) + u * (base_e - error_rate)
     cp["overall_accuracy"] = {"value": acc, "assumed": "what-if input"}
-    cal = M.calibrate_cell(cell, params)
+    cal = CA.calibrate_cell(cell, params)
     bank = {key: params[key] for key in ("datasets", "mechanism")}  # all make_question reads of unlabelled questions
     logs, probe, nli = [], [], []
-    for i, q in enumerate(_layer_questions(n, seed, M._Inputs((bank,)))):
-        sim = M.simulate_question(q, cell, params, cal, rng=M.rng_for("whatif", seed, cell, i), with_self_report=False,
+    for i, q in enumerate(_layer_questions(n, seed, P.Sections((bank,)))):
+        sim = M.simulate_question(q, cell, params, cal, rng=P.rng_for("whatif", seed, cell, i), with_self_report=False,
                                   dataset="medqa", backbone=backbone, arms=arms, condition_unanimous=True)
         logs.append(L.QuestionLog.model_validate(sim.log))
         probe.extend(L.ProbeRecord.model_validate(r) for r in sim.probe)
@@ -63,11 +66,11 @@ def simulate_unanimous_layer(n: int, error_rate: float, seed: int = SEED, backbo
 
 
 @functools.lru_cache(maxsize=4)
-def _layer_questions(n: int, seed: int, bank: M._Inputs) -> tuple[M.Question, ...]:
+def _layer_questions(n: int, seed: int, bank: P.Sections) -> tuple[B.Question, ...]:
     """The first ``n`` questions of the what-if bank: they depend on the question-bank sections of
     the parameters only, not on the layer's error rate, so the error rates of one page share them."""
     (params,) = bank.sections
-    return tuple(M.make_question("medqa", i, params, labelled=False, pool=f"-whatif{seed}") for i in range(n))
+    return tuple(B.make_question("medqa", i, params, labelled=False, pool=f"-whatif{seed}") for i in range(n))
 
 
 def unanimous_layer_table(n: int, error_rate: float, seed: int = SEED, backbone: str = "Qwen/Qwen3-8B") -> pd.DataFrame:

@@ -1,13 +1,13 @@
 """Write the simulated release (DESIGN 2.7): cells, manifest, datasheet.
 
 ``simulate_release(out)`` writes ``out/<dataset>/<backbone-slug>/{logs,probe,nli,self_report}.jsonl.gz``
-for every cell of :data:`model.CELLS`, validates each file with the foundation's readers,
+for every cell of :data:`params.CELLS`, validates each file with the foundation's readers,
 renders ``DATASHEET.md`` and writes ``manifest.json`` (sha256 of every file) with
 :func:`probeguard_core.release.write_manifest`.  Everything is a function of the parameter
 file and the seed, so the same command reproduces the release bit for bit.
 
 The probe-pilot marker (DESIGN 2.1 ``probe_pilot``, §5.2) is drawn by :func:`mark_probe_pilot`
-from its own random stream (``model.rng_for("probe_pilot", cell)``) after a cell is simulated,
+from its own random stream (``params.rng_for("probe_pilot", cell)``) after a cell is simulated,
 so marking it changes no other simulated value.
 """
 
@@ -25,7 +25,10 @@ from tqdm.auto import tqdm
 from probeguard_core import SEED
 from probeguard_core import logs as L
 from probeguard_core.release import write_manifest
+from probeguard_core.simulate import bank as B
+from probeguard_core.simulate import calibration as CA
 from probeguard_core.simulate import model as M
+from probeguard_core.simulate import params as P
 
 RELEASE_NAME = "simulated-v1"
 COMMAND = "probeguard simulate --out data/simulated-v1"
@@ -46,35 +49,28 @@ class CellData:
     latent: list[dict[str, Any]]
 
 
-def cell_size(cell: str, params: dict[str, Any], scale: float = 1.0) -> int:
-    if not (0 < scale <= 1.0):
-        raise ValueError(f"scale must be in (0, 1], got {scale!r}")
-    n = int(M.v(params["cells"][cell]["n_questions"]))
-    return max(1, int(round(n * scale)))
-
-
 def simulate_cell(cell: str, *, scale: float = 1.0, n: int | None = None, params: dict[str, Any] | None = None,
                   progress: bool = True) -> CellData:
     """Simulate one cell (``"medqa/qwen3-8b"``, ...): the first ``n`` (or ``scale`` x size) questions of its bank.
 
     Question ``i`` depends only on the seed, the cell and ``i``, so a scaled cell is a prefix of the full one.
     """
-    params = params or M.load_params()
-    path, dataset, backbone, role = M.cell_spec(cell)
-    n = cell_size(cell, params, scale) if n is None else int(n)
+    params = params or P.load_params()
+    path, dataset, backbone, role = P.cell_spec(cell)
+    n = P.cell_size(cell, params, scale) if n is None else int(n)
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    cal = M.calibrate_cell(cell, params)
+    cal = CA.calibrate_cell(cell, params)
     cp = params["cells"][cell]
     augment = role == "augment"
-    with_sr = bool(M.v(cp.get("self_report", {"value": False, "source": "-"})))
+    with_sr = bool(P.v(cp.get("self_report", {"value": False, "source": "-"})))
     labelled: frozenset[int] = frozenset()
     if dataset == "medqa" and not augment:
-        labelled = M.labelled_indices(dataset, int(M.v(cp["n_questions"])), int(M.v(params["specialties"]["n_labelled"])))
+        labelled = B.labelled_indices(dataset, int(P.v(cp["n_questions"])), int(P.v(params["specialties"]["n_labelled"])))
     logs, probe, nli, srs, latent = [], [], [], [], []
     for i in tqdm(range(n), desc=f"simulate {cell}", disable=not progress, leave=False):
-        q = M.make_question(dataset, i, params, labelled=i in labelled, pool="-augment" if augment else "")
-        sim = M.simulate_question(q, cell, params, cal, rng=M.rng_for("simulate", cell, i), with_self_report=with_sr,
+        q = B.make_question(dataset, i, params, labelled=i in labelled, pool="-augment" if augment else "")
+        sim = M.simulate_question(q, cell, params, cal, rng=P.rng_for("simulate", cell, i), with_self_report=with_sr,
                                   dataset=dataset, backbone=backbone, condition_unanimous=augment)
         logs.append(sim.log)
         probe.extend(sim.probe)
@@ -82,7 +78,7 @@ def simulate_cell(cell: str, *, scale: float = 1.0, n: int | None = None, params
         if sim.self_report is not None:
             srs.append(sim.self_report)
         latent.append({"qid": q.qid, **sim.latent})
-    mark_probe_pilot(cell, logs, params, scale=n / max(cell_size(cell, params), 1))
+    mark_probe_pilot(cell, logs, params, scale=n / max(P.cell_size(cell, params), 1))
     return CellData(cell, dataset, backbone, role, logs, probe, nli, srs if with_sr else None, latent)
 
 
@@ -96,7 +92,7 @@ def mark_probe_pilot(cell: str, logs: list[dict[str, Any]], params: dict[str, An
 
     ``probe_pilot`` questions (``round(value x scale)``, at least 1) are drawn without
     replacement among the cell's first-round-unanimous questions (the ones the probe runs on) by
-    ``model.rng_for("probe_pilot", cell)``, a stream no other simulated value reads; every
+    ``params.rng_for("probe_pilot", cell)``, a stream no other simulated value reads; every
     other log of the cell gets ``probe_pilot = false``.  Cells without the parameter are left
     unmarked (the field is absent).
     """
@@ -104,8 +100,8 @@ def mark_probe_pilot(cell: str, logs: list[dict[str, Any]], params: dict[str, An
     if node is None:
         return
     pool = [i for i, g in enumerate(logs) if _unanimous_first_round(g)]
-    k = min(len(pool), max(1, int(round(int(M.v(node)) * scale))))
-    chosen = set(M.rng_for("probe_pilot", cell).choice(len(pool), size=k, replace=False).tolist()) if pool else set()
+    k = min(len(pool), max(1, int(round(int(P.v(node)) * scale))))
+    chosen = set(P.rng_for("probe_pilot", cell).choice(len(pool), size=k, replace=False).tolist()) if pool else set()
     pilot = {pool[j] for j in chosen}
     for i, g in enumerate(logs):
         g["probe_pilot"] = i in pilot
@@ -141,17 +137,17 @@ def simulate_release(out: str | Path, cells: list[str] | None = None, seed: int 
                      *, progress: bool = True, resume: bool = False, jobs: int | None = None) -> Path:
     """Generate the release into ``out``; returns the manifest path.
 
-    ``cells`` restricts to some of :data:`model.CELLS` (paths such as ``"medqa/huatuogpt-o1-8b"``);
+    ``cells`` restricts to some of :data:`params.CELLS` (paths such as ``"medqa/huatuogpt-o1-8b"``);
     ``resume`` keeps cells whose logs file already exists (an interrupted run continues).
     ``jobs`` cells are simulated at once in worker processes (default: every core); each cell
     depends only on the seed, its name and the parameters, so the bytes do not depend on ``jobs``.
     """
     if seed != SEED:
         raise ValueError(f"seed must be probeguard_core.SEED ({SEED}); the simulator derives every stream from it, got {seed}")
-    params = M.load_params()
-    chosen = [c[0] for c in M.CELLS] if cells is None else list(cells)
+    params = P.load_params()
+    chosen = [c[0] for c in P.CELLS] if cells is None else list(cells)
     for c in chosen:
-        M.cell_spec(c)
+        P.cell_spec(c)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     todo = [c for c in chosen if not (resume and (root / c / "logs.jsonl.gz").exists())]
@@ -179,7 +175,7 @@ def simulate_release(out: str | Path, cells: list[str] | None = None, seed: int 
     (root / "DATASHEET.md").write_text(render_datasheet(root, chosen, params, scale), encoding="utf-8")
     spec = []
     for cell in chosen:
-        _, dataset, backbone, role = M.cell_spec(cell)
+        _, dataset, backbone, role = P.cell_spec(cell)
         spec.append({"dataset": dataset, "backbone": backbone, "path": cell, "role": role})
     command = COMMAND if (cells is None and scale == 1.0) else (
         "probeguard simulate --out OUT" + "".join(f" --cells {c}" for c in (cells or []))
