@@ -1,5 +1,5 @@
 """The build's first tasks: the main cells' per-question tables, computed once for the pages that
-share them (registry ``cell_tables``; ``book.build._warm_tasks``, ``tables.scores.warm_cell_tables``)."""
+share them (registry ``cell_tables``; ``book.build._warm_tasks``, ``tables.warm.warm_cell_tables``)."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ class NotebookEntry:
     #: empty = at least one check is required (tests/test_notebooks.py)
     no_checks: str = ""
     #: the page reads the per-question tables of the release's main cells that several pages share
-    #: (:func:`probeguard_core.tables.scores.warm_cell_tables`): when two or more such pages are
+    #: (:func:`probeguard_core.tables.warm.warm_cell_tables`): when two or more such pages are
     #: built, the build computes those tables once, first (:func:`run_notebooks`)
     cell_tables: bool = False
 
@@ -413,7 +413,7 @@ def _warm_tasks(rel_path: Path, entries: Sequence[NotebookEntry], params: dict[s
 
 
 def _warm_worker(task: tuple[str, str, str, int]) -> tuple[str, float, str | None]:
-    """Compute one cell's shared tables into the artifact cache (:func:`tables.scores.warm_cell_tables`);
+    """Compute one cell's shared tables into the artifact cache (:func:`tables.warm.warm_cell_tables`);
     returns ``(cell, seconds, error or None)``.  A failure is reported, not raised: the pages that
     need the cell read it themselves and show the error where the reader sees it."""
     for v in KERNEL_THREAD_VARS:  # a worker process of the build: one BLAS / OpenMP thread, as in the kernels
@@ -422,7 +422,7 @@ def _warm_worker(task: tuple[str, str, str, int]) -> tuple[str, float, str | Non
     t0 = time.perf_counter()
     try:
         from probeguard_core.release import load_release
-        from probeguard_core.tables.scores import warm_cell_tables
+        from probeguard_core.tables.warm import warm_cell_tables
 
         warm_cell_tables(load_release(release, verify=False).cell(dataset, backbone), seed=seed)
     except Exception as exc:  # noqa: BLE001 - reported; the notebooks raise it again in context

@@ -16,6 +16,7 @@
 ``figures``          the paper's figures drawn from the builders' tables
 ``protocols``        ``CellLike`` / ``ReleaseLike``: what the builders need of a release
 ``deploying``        the chapter "Deploying: recalibration and drift" (§5.3)
+``warm``             the per-question tables several pages share, computed once before them
 ===================  ==========================================================================
 
 Every public name of the submodules is also an attribute of this package, imported on first
@@ -78,8 +79,9 @@ NAMES: dict[str, str] = {
     ], "method"),
     **dict.fromkeys([
         "DERIVED_CODE", "cell_correct", "cell_features", "cell_probe_table", "cell_scores", "cell_signals", "defined_metric", "flip_rows",
-        "per_cell", "rse_keep_score", "s1_correct", "warm_cell_tables",
+        "per_cell", "rse_keep_score", "s1_correct",
     ], "scores"),
+    "warm_cell_tables": "warm",
     **dict.fromkeys([
         "ALWAYS_AVAILABLE", "LAYER_SIGNALS", "TABLE2_SIGNALS", "Table5", "Tables23",
         "agreement_by_round", "concluding_round_table", "discrimination",

@@ -23,6 +23,7 @@ from probeguard_core.scoring import (
     process_score,
 )
 from probeguard_core.tables.protocols import CellLike, ReleaseLike
+from probeguard_core.tables.scores import cell_correct, cell_features, cell_records, per_cell
 
 __all__ = [
     "Table7", "ablation_table", "claim_examples", "claim_rule_summary", "claims_page", "cost_frame", "cost_page",
@@ -42,8 +43,6 @@ def ablation_table(cell: CellLike, n_folds: int = 5, seed: int = SEED, gbt: bool
     dropped_family ('' = full score), n_features, value, not_converged_folds`` (folds whose
     lbfgs stopped at ``max_iter``; 0 for GBT).
     """
-    from probeguard_core.tables.scores import cell_correct, cell_features
-
     X = cell_features(cell)
     y = cell_correct(cell, X.index)
     ab = drop_family_ablation(X, y, n_splits=n_folds, seed=seed)  # each fit single-threaded (process_score)
@@ -68,8 +67,6 @@ def cost_frame(cell: CellLike, arm: str = "counter_evidence") -> pd.DataFrame:
     imputed), ``stratum``, ``probed`` (an ``arm`` probe record exists), ``probe_cost``,
     ``probe_wall_s`` and ``probe_tokens`` (that record's, NaN without one).  Through
     :func:`tables.scores.per_cell` (a release cell reads its logs and probe records once)."""
-    from probeguard_core.tables.scores import cell_records, per_cell
-
     def build() -> pd.DataFrame:
         logs = cell_records(cell)[0]
         pr = {r.qid: r for r in cell.probe_by_arm(arm)}

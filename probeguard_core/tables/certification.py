@@ -25,6 +25,7 @@ from probeguard_core.scoring import pooled_layer_scores, stratum_scores
 from probeguard_core.tables.beside import check_entry
 from probeguard_core.tables.display import empty_table
 from probeguard_core.tables.protocols import CellLike, ReleaseLike
+from probeguard_core.tables.scores import cell_records, cell_scores, per_cell
 
 __all__ = [
     "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8", "at_alphas",
@@ -46,8 +47,6 @@ def certification_inputs(cells: Sequence[CellLike]) -> pd.DataFrame:
     ``score_augmented`` standardizes over the union of the layers of each dataset (main plus
     augmentation pool): the score of §4.4's augmented arm, which may extend the population.
     Through :func:`tables.scores.per_cell` (release cells compute it once per content of their files)."""
-    from probeguard_core.tables.scores import cell_records, per_cell
-
     def build() -> pd.DataFrame:
         logs, probe, nli, role = [], [], [], []
         for c in cells:
@@ -285,7 +284,6 @@ def figure4(rel: ReleaseLike, dataset: str | None = None, backbone: str | None =
     benchmark) leaves its table empty with its schema and a note saying why."""
     from probeguard_core import alpha_explorer
     from probeguard_core.tables.picking import pick_backbone, pick_backbones, pick_dataset, pick_datasets
-    from probeguard_core.tables.scores import cell_scores
 
     backbone = pick_backbone(rel, backbone)
     dataset = pick_dataset(rel, dataset, backbone)

@@ -31,7 +31,7 @@ from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
     "DERIVED_CODE", "cell_correct", "cell_features", "cell_probe_table", "cell_scores", "cell_signals",
-    "defined_metric", "flip_rows", "per_cell", "rse_keep_score", "s1_correct", "warm_cell_tables",
+    "defined_metric", "flip_rows", "per_cell", "rse_keep_score", "s1_correct",
 ]
 
 #: The modules whose source defines the per-question tables (part of their cache key: editing any
@@ -161,23 +161,6 @@ def cell_scores(cell: CellLike, seed: int = SEED, n_folds: int = 5) -> pd.DataFr
 
     return per_cell(cell, "cell_scores", build, SIGNAL_KINDS, params={"seed": seed, "n_folds": n_folds},
                     registry=True)
-
-
-def warm_cell_tables(cell: CellLike, seed: int = SEED) -> None:
-    """Compute (and store, for a release cell) the per-question tables several pages share:
-    :func:`cell_scores` (with :func:`cell_signals` and the feature table), :func:`cell_probe_table`,
-    Appendix J's cost frame and the cell's certification inputs (§3.3).  The book's build runs it
-    once per main cell before the pages."""
-    from probeguard_core.tables.appendices import cost_frame
-    from probeguard_core.tables.certification import certification_inputs
-
-    cell_scores(cell, seed=seed)
-    cell_probe_table(cell)
-    cost_frame(cell)
-    certification_inputs([cell])
-    rel = getattr(cell, "release", None)
-    if rel is not None and rel.has_cell(cell.dataset, cell.backbone, role="augment"):  # §4.4's augmented arm
-        certification_inputs([cell, rel.cell(cell.dataset, cell.backbone, role="augment")])
 
 
 def defined_metric(fn: Any, scores: pd.Series, correct: pd.Series) -> tuple[float, int]:
