@@ -123,7 +123,7 @@ def _apply(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     n = len(table)
     k = int((table["decision"] == "answer").sum())
-    missing = int(table["reason"].str.startswith("no score").sum())
+    missing = int((table["reason"] == deploy.REASONS["no_score"]).sum())
     if missing:
         print(f"probeguard apply: note: {missing} question(s) have no score (probe or NLI record missing) "
               "and are referred", file=sys.stderr)

@@ -29,8 +29,7 @@ steps of certification and the monitor are reached through their modules
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from probeguard_core.lazy import lazy_names
 
 #: Which submodule defines each name of the package (checked by ``tests/test_architecture.py``).
 NAMES: dict[str, str] = {
@@ -45,19 +44,11 @@ NAMES: dict[str, str] = {
     "UNSPECIFIED": "request",
     **dict.fromkeys(["ASSUMPTION", "SCORE_DEFINITIONS"], "serialize"),
     "certify_logs": "certify",
-    **dict.fromkeys(["DECISION_COLUMNS", "apply_certificate", "calibration_table", "decisions_bytes",
+    **dict.fromkeys(["DECISION_COLUMNS", "REASONS", "apply_certificate", "calibration_table", "decisions_bytes",
                      "write_decisions"], "apply"),
     **dict.fromkeys(["DOSSIER_SCHEMA_VERSION", "REFERRAL_CODES", "build_dossiers", "dossiers_bytes",
                      "load_corpus_excerpts"], "dossier"),
     **dict.fromkeys(["render_report", "risk_coverage_svg"], "report"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in NAMES:
-        return getattr(importlib.import_module(f"{__name__}.{NAMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *NAMES])
+__getattr__, __dir__ = lazy_names(__name__, NAMES)

@@ -31,13 +31,22 @@ from probeguard_core.deploy.scores import base_table, frozen_s1_scores, stratum_
 from probeguard_core.features import is_correct
 from probeguard_core.fileio import jsonable
 
-__all__ = ["DECISION_COLUMNS", "apply_certificate", "calibration_table", "decisions_bytes", "write_decisions"]
+__all__ = ["DECISION_COLUMNS", "REASONS", "apply_certificate", "calibration_table", "decisions_bytes", "write_decisions"]
 
 #: The columns of a decision table, in order.
 DECISION_COLUMNS = [
     "qid", "dataset", "stratum", "base_stratum", "specialty", "score", "threshold", "decision", "reason",
     "final_answer", "system_answer",
 ]
+#: The ``reason`` of each decision, by the referral code a dossier gives it (``answered``: none).
+REASONS = {
+    "answered": "score above the certified threshold",
+    "s3_not_converged": "S3 (never converged): abstains as a whole",
+    "stratum_not_calibrated": "stratum not present at calibration: no certificate",
+    "stratum_not_certified": "stratum not certified at this alpha",
+    "no_score": "no score: probe or NLI record missing",
+    "below_threshold": "score at or below the certified threshold",
+}
 
 
 def apply_certificate(
@@ -89,17 +98,17 @@ def apply_certificate(
     reasons = []
     for name, base, sc, ans in zip(names, df["stratum"], scores, answer):
         if ans:
-            reasons.append("score above the certified threshold")
+            reasons.append(REASONS["answered"])
         elif base == "S3":
-            reasons.append("S3 (never converged): abstains as a whole")
+            reasons.append(REASONS["s3_not_converged"])
         elif name not in known:
-            reasons.append("stratum not present at calibration: no certificate")
+            reasons.append(REASONS["stratum_not_calibrated"])
         elif name not in with_thr:
-            reasons.append("stratum not certified at this alpha")
+            reasons.append(REASONS["stratum_not_certified"])
         elif math.isnan(sc):
-            reasons.append("no score: probe or NLI record missing")
+            reasons.append(REASONS["no_score"])
         else:
-            reasons.append("score at or below the certified threshold")
+            reasons.append(REASONS["below_threshold"])
     out = pd.DataFrame({
         "qid": df.index.to_numpy(dtype=object),
         "dataset": df["dataset"].to_numpy(dtype=object),

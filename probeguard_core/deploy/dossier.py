@@ -43,6 +43,7 @@ import pandas as pd
 
 from probeguard_core import logs as L
 from probeguard_core.claims import extract_claims
+from probeguard_core.deploy.apply import REASONS
 from probeguard_core.features import answer_shares, final_answer, modal_answer
 from probeguard_core.probe import keep_rate
 
@@ -52,13 +53,7 @@ DOSSIER_SCHEMA_VERSION = 1
 REFERRAL_CODES = ("s3_not_converged", "below_threshold", "stratum_not_certified", "stratum_not_calibrated", "no_score")
 #: Characters of a challenge document's first lines shown in a dossier.
 FIRST_LINES_CHARS = 280
-_REASON_CODE = {
-    "S3 (never converged): abstains as a whole": "s3_not_converged",
-    "score at or below the certified threshold": "below_threshold",
-    "stratum not certified at this alpha": "stratum_not_certified",
-    "stratum not present at calibration: no certificate": "stratum_not_calibrated",
-    "no score: probe or NLI record missing": "no_score",
-}
+_REASON_CODE = {reason: code for code, reason in REASONS.items() if code in REFERRAL_CODES}
 
 
 def _first_lines(content: str) -> str:

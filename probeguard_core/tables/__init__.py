@@ -26,8 +26,7 @@ package itself imports no submodule.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from probeguard_core.lazy import lazy_names
 
 #: Which submodule defines each public name (checked by ``tests/test_tables.py``).
 NAMES: dict[str, str] = {
@@ -95,12 +94,4 @@ NAMES: dict[str, str] = {
     ], "unanimous"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in NAMES:
-        return getattr(importlib.import_module(f"{__name__}.{NAMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *NAMES])
+__getattr__, __dir__ = lazy_names(__name__, NAMES)
