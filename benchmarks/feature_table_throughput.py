@@ -25,7 +25,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from probeguard_core import SEED
-from probeguard_core.features import feature_table, feature_table_reference
+from probeguard_core.feature_reference import feature_table_reference
+from probeguard_core.features import feature_table
 from probeguard_core.logs import Candidate, QuestionLog, Retrieval, Round
 
 OPTIONS = {k: f"option {k}" for k in "ABCDE"}

@@ -320,51 +320,52 @@ def test_paper_lookup_of_a_backbone_or_benchmark_the_paper_never_ran() -> None:
 
 
 def test_defaults_select_from_the_release(logs_only: Path) -> None:
-    from probeguard_core import analysis
+    from probeguard_core.tables import picking
 
     shipped = load_release(SHIPPED, verify=False)
-    assert analysis.pick_backbone(shipped) == "Qwen/Qwen3-8B"
-    assert analysis.pick_dataset(shipped, None, "Qwen/Qwen3-8B") == "medqa"
-    assert analysis.pick_datasets(shipped, None, "Qwen/Qwen3-8B", design=["medqa", "mmlu_pro_med", "medmcqa"]) == \
+    assert picking.pick_backbone(shipped) == "Qwen/Qwen3-8B"
+    assert picking.pick_dataset(shipped, None, "Qwen/Qwen3-8B") == "medqa"
+    assert picking.pick_datasets(shipped, None, "Qwen/Qwen3-8B", design=["medqa", "mmlu_pro_med", "medmcqa"]) == \
         ["medqa", "mmlu_pro_med", "medmcqa"]
-    assert analysis.pick_backbones(shipped)[0] == "Qwen/Qwen3-8B" and len(analysis.pick_backbones(shipped)) == 3
+    assert picking.pick_backbones(shipped)[0] == "Qwen/Qwen3-8B" and len(picking.pick_backbones(shipped)) == 3
     rel = load_release(logs_only)
-    assert analysis.pick_backbone(rel) == "Qwen/Qwen3-8B" and analysis.pick_dataset(rel, None, "Qwen/Qwen3-8B") == "pubmedqa"
+    assert picking.pick_backbone(rel) == "Qwen/Qwen3-8B" and picking.pick_dataset(rel, None, "Qwen/Qwen3-8B") == "pubmedqa"
     # a benchmark the paper never used is kept by the paper's design of a table
-    assert analysis.pick_datasets(rel, None, "Qwen/Qwen3-8B", design=["medqa", "mmlu_pro_med"]) == ["pubmedqa"]
-    assert analysis.pick_datasets(rel, ["medqa"], "Qwen/Qwen3-8B") == []
+    assert picking.pick_datasets(rel, None, "Qwen/Qwen3-8B", design=["medqa", "mmlu_pro_med"]) == ["pubmedqa"]
+    assert picking.pick_datasets(rel, ["medqa"], "Qwen/Qwen3-8B") == []
     with pytest.raises(ValueError, match="dataset='medqa'"):
-        analysis.pick_dataset(rel, "medqa", "Qwen/Qwen3-8B")
+        picking.pick_dataset(rel, "medqa", "Qwen/Qwen3-8B")
     with pytest.raises(ValueError, match="backbone='x/y'"):
-        analysis.pick_backbone(rel, "x/y")
+        picking.pick_backbone(rel, "x/y")
 
 
 def test_certification_says_why_it_cannot_run_without_probe_records(logs_only: Path) -> None:
-    from probeguard_core import alpha_explorer, analysis
+    from probeguard_core import alpha_explorer
+    from probeguard_core.tables import certification
 
     cell = load_release(logs_only).cells[0]
-    table = analysis.certification_inputs([cell])
+    table = certification.certification_inputs([cell])
     n1 = int((table.stratum == "S1").sum())
-    why = analysis.uncertifiable(table)
+    why = certification.uncertifiable(table)
     assert why is not None and f"{n1} unanimous questions without a counter-evidence probe record" in why
-    arms = analysis.certification_arms(table, None, [0.15], n_splits=2)
+    arms = certification.certification_arms(table, None, [0.15], n_splits=2)
     assert set(arms["arm"]) == {"stratified_ltt_a1"}  # the paper's rule is left out, never run on a subset
     pre = alpha_explorer.precompute(table, alphas=[0.1, 0.2], n_splits=2)
     assert "all · paper rule" not in set(pre["series"]) and "S2 · trajectory agreement ā" in set(pre["series"])
-    shipped = analysis.certification_inputs([load_release(SHIPPED, verify=False).cell("medqa", "Qwen/Qwen3-8B")])
-    assert analysis.uncertifiable(shipped) is None
+    shipped = certification.certification_inputs([load_release(SHIPPED, verify=False).cell("medqa", "Qwen/Qwen3-8B")])
+    assert certification.uncertifiable(shipped) is None
 
 
 def test_empty_table_and_placeholder_figure() -> None:
-    from probeguard_core import analysis
+    from probeguard_core.tables import display
     from probeguard_core.paper import beside_paper
 
-    t = analysis.empty_table(["backbone", "quantity", "value"])
+    t = display.empty_table(["backbone", "quantity", "value"])
     assert list(t.columns) == ["backbone", "quantity", "value"] and t.empty and t["value"].dtype == float
     assert beside_paper(t, on=["backbone", "quantity"], source="§1").empty  # the paper column fits an empty table
-    fig = analysis.placeholder_figure("this release has no probe records for X; Table 6 needs them")
+    fig = display.placeholder_figure("this release has no probe records for X; Table 6 needs them")
     assert "Table 6 needs them" in "".join(t.get_text() for t in fig.axes[0].texts)
-    html = analysis.note("no <probe> records").data
+    html = display.note("no <probe> records").data
     assert "probeguard-missing" in html and "&lt;probe&gt;" in html
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from scipy.spatial.distance import jensenshannon
 
 from probeguard_core import features as F
+from probeguard_core.feature_reference import feature_table_reference
 from probeguard_core.logs import NLIRecord, QuestionLog
 
 
@@ -75,7 +76,7 @@ def test_all_null_round_has_no_modal_answer():
     assert F.minority_persistence(log) == 0.5 and F.n_minority_options(log) == 2
     ft = F.feature_table([log])
     assert ft.loc["q1", "a_last"] == 0.0 and ft.loc["q1", "n_flip"] == 1.0
-    pd.testing.assert_frame_equal(ft, F.feature_table_reference([log]))
+    pd.testing.assert_frame_equal(ft, feature_table_reference([log]))
 
 
 def test_modal_answer_agrees_with_logs_on_every_round():
@@ -85,7 +86,7 @@ def test_modal_answer_agrees_with_logs_on_every_round():
     log = L(rounds, options="BCD", gold="C")
     assert F.modal_answers(log) == [LG.modal_answer(r) for r in log.rounds] == ["B", None, "C", "D", "B"]
     assert F.majority_flips(log) == 4
-    pd.testing.assert_frame_equal(F.feature_table([log]), F.feature_table_reference([log]))
+    pd.testing.assert_frame_equal(F.feature_table([log]), feature_table_reference([log]))
 
 
 def test_entropy_summed_in_canonical_order():
@@ -353,7 +354,7 @@ def test_feature_table_empty():
 
 def test_feature_table_matches_reference_on_examples():
     nli = [NLI(qid="q1", round=2, claims=["a", "b"], entailment=[[1, 0.7], [0.9, 1]])]
-    pd.testing.assert_frame_equal(F.feature_table(_example_logs(), nli), F.feature_table_reference(_example_logs(), nli))
+    pd.testing.assert_frame_equal(F.feature_table(_example_logs(), nli), feature_table_reference(_example_logs(), nli))
 
 
 # ------------------------------------------------------------------ properties
@@ -388,7 +389,7 @@ def logs_strategy(draw, qid="q"):
 def test_vectorized_table_equals_per_question_reference(logs):
     logs = list(logs)
     a = F.feature_table(logs)
-    b = F.feature_table_reference(logs)
+    b = feature_table_reference(logs)
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-12, atol=1e-12)
 
 

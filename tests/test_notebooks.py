@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 from book_fixtures import REPO, small_release
 
-from probeguard_core import alpha_explorer, analysis
+from probeguard_core import alpha_explorer
+from probeguard_core.tables import audits, certification
 from probeguard_core.book import build as bb
 from probeguard_core.certify import repeated_splits, summarize
 from probeguard_core.release import load_release
@@ -142,7 +143,7 @@ def test_filtered_toc_keeps_only_selected_notebooks() -> None:
 
 def test_alpha_explorer_matches_the_core(release: Path) -> None:
     rel = load_release(release)
-    table = analysis.certification_inputs([rel.cell("medqa", "Qwen/Qwen3-8B")])
+    table = certification.certification_inputs([rel.cell("medqa", "Qwen/Qwen3-8B")])
     pre = alpha_explorer.precompute(table, alphas=[0.1, 0.2], n_splits=4, seed=7)
     ref = summarize(repeated_splits(table.score, table.error, table.stratum, alphas=[0.1, 0.2], n_splits=4, seed=7))
     got = pre[pre.series == "all · paper rule"].set_index("alpha")["coverage_mean"]
@@ -168,9 +169,9 @@ def test_violation_upper_bound_is_clopper_pearson() -> None:
 
     for k, n in ((0, 2000), (3, 2000), (50, 200)):
         # one-sided 95 % upper bound = upper end of the two-sided 90 % exact interval
-        assert math.isclose(analysis.violation_upper_bound(k, n), proportion_confint(k, n, alpha=0.10, method="beta")[1],
+        assert math.isclose(audits.violation_upper_bound(k, n), proportion_confint(k, n, alpha=0.10, method="beta")[1],
                             rel_tol=1e-9)
-    assert analysis.violation_upper_bound(5, 5) == 1.0
+    assert audits.violation_upper_bound(5, 5) == 1.0
 
 
 def test_chapter_prose_quotes_results_from_the_notebooks(tmp_path: Path) -> None:

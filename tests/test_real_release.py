@@ -7,7 +7,7 @@ chunk (``batch_size`` = 2 consecutive questions of the seeded order: the chunk w
 rounds in the release) on one CPU thread, a couple of minutes.
 
 Byte for byte holds on the CPU kernels that made the release (the manifest's
-``environment.cpu``, :func:`~probeguard_core.pipeline.engines.cpu_fingerprint`).  On another
+``environment.cpu``, :func:`~probeguard_core.pipeline.devices.cpu_fingerprint`).  On another
 CPU torch and MKL reduce in another order, so the test then asks for every text, answer, token
 count and structure exactly and every float to ``FLOAT_RTOL`` (measured: 3.8e-5 between two x86
 machines), and says so in a warning.  A release without the record (the shipped one predates
@@ -67,7 +67,7 @@ def test_differences_ask_for_everything_but_float_bits():
 
 def test_cpu_fingerprint_names_the_kernels_torch_dispatches_to():
     torch = pytest.importorskip("torch")
-    from probeguard_core.pipeline.engines import cpu_fingerprint
+    from probeguard_core.pipeline.devices import cpu_fingerprint
 
     fp = cpu_fingerprint()
     assert set(fp) == {"torch", "capability", "cpu_model", "cpu_flags_sha256"}
@@ -122,7 +122,7 @@ def test_substrate_regenerates_the_shipped_records(tmp_path):
                     "(python -m pip install --no-deps -r requirements/real-parts.txt; pip install '.[real]')")
     m = _manifest()
     from probeguard_core.logs import read_logs
-    from probeguard_core.pipeline.engines import cpu_fingerprint
+    from probeguard_core.pipeline.devices import cpu_fingerprint
     from probeguard_core.pipeline.real_release import RealConfig, _chunks, build_parts, substrate_config
     from probeguard_core.pipeline.runio import dump_line
     from probeguard_core.pipeline.substrate import run_substrate

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from probeguard_core.claims import extract_claims
 from probeguard_core.features import answer_shares, modal_answer
 from probeguard_core.logs import NLIRecord, QuestionLog, read_nli
-from probeguard_core.pipeline.engines import load_sequence_classifier
+from probeguard_core.pipeline.devices import load_sequence_classifier
 
 from .hyperparameters import hp
 from .runio import AppendOnlyJsonl, check_run_config

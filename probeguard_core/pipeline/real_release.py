@@ -577,7 +577,7 @@ def assemble(work: Path, out: Path, cfg: RealConfig, parts_info: dict[str, Any],
 
     from probeguard_core.logs import read_logs, read_nli, read_probe, read_self_report, write_jsonl
     from probeguard_core.release import backbone_slug, write_manifest
-    from probeguard_core.pipeline.engines import cpu_fingerprint
+    from probeguard_core.pipeline.devices import cpu_fingerprint
 
     if out.exists():
         if not replace:

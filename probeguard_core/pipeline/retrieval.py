@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from probeguard_core.pipeline.engines import load_sequence_classifier
+from probeguard_core.pipeline.devices import load_sequence_classifier
 from probeguard_core.pipeline.hyperparameters import hp
 
 __all__ = [
