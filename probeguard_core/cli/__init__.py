@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = (
     "probeguard_core.cli.monitor",
     "probeguard_core.cli.pipeline",
     "probeguard_core.cli.simulate",
+    "probeguard_core.cli.claims",
 )
 
 

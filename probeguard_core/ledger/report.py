@@ -1,0 +1,101 @@
+"""The ledger's outputs (issue 22, points 3-4): ``claims.csv`` / ``claims.json``, the verdict of
+each claim over its cells, the scorecard of the book's landing page and the verdict lines under a
+result page's caption.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from probeguard_core.fileio import jsonable
+from probeguard_core.ledger.verdict import EQUIVALENCE_MARGIN, VERDICTS
+
+__all__ = ["LINE_WORDS", "claim_verdicts", "ledger_files", "page_lines", "scorecard", "scorecard_sentence"]
+
+#: How a verdict reads under a caption.
+LINE_WORDS: dict[str, str] = {"holds": "holds", "fails": "does not hold", "undetermined": "cannot be decided",
+                              "untestable": "cannot be tested"}
+
+
+def claim_verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """One verdict per claim over its cells: ``untestable`` when no cell can be tested, ``fails``
+    when any tested cell fails, ``holds`` when every tested cell holds, else ``undetermined``.
+    Columns ``claim, section, page, verdict, n_cells, n_tested``, in the ledger's order."""
+    rows = []
+    for claim, g in table.groupby("claim", sort=False):
+        v = g["verdict"]
+        tested = v[v != "untestable"]
+        verdict = ("untestable" if tested.empty else "fails" if (tested == "fails").any()
+                   else "holds" if (tested == "holds").all() else "undetermined")
+        rows.append({"claim": claim, "section": g["section"].iloc[0], "page": g["page"].iloc[0], "verdict": verdict,
+                     "n_cells": len(g), "n_tested": len(tested)})
+    return pd.DataFrame(rows, columns=["claim", "section", "page", "verdict", "n_cells", "n_tested"])
+
+
+def scorecard(table: pd.DataFrame) -> dict[str, int]:
+    """Counts of :func:`claim_verdicts`: ``claims``, ``testable`` and one count per verdict."""
+    v = claim_verdicts(table)["verdict"]
+    out = {"claims": int(len(v)), "testable": int((v != "untestable").sum())}
+    out.update({k: int((v == k).sum()) for k in VERDICTS})
+    return out
+
+
+def scorecard_sentence(card: Mapping[str, int]) -> str:
+    """The landing page's sentence (issue 22): "On this release, N of M testable claims hold, K
+    fail, U cannot be decided at this size" (and how many the release cannot test)."""
+    s = (f"On this release, {card['holds']} of {card['testable']} testable claims of the paper hold, "
+         f"{card['fails']} fail, {card['undetermined']} cannot be decided at this size")
+    if card["untestable"]:
+        s += f"; {card['untestable']} of the {card['claims']} cannot be tested (the release lacks what they need)"
+    return s + "."
+
+
+def _num(x: float, percent: bool) -> str:
+    if not math.isfinite(x):
+        return "–"
+    return f"{100 * x:.1f} %" if percent else f"{x:.3f}"
+
+
+def page_lines(table: pd.DataFrame, page: str, fails_link: str | None = None) -> list[str]:
+    """One line per tested claim and cell of ``page`` (the notebook name):
+    "On this release: holds — <quantity> 0.705 [0.671, 0.739] (<backbone> / <dataset>)". A
+    ``fails`` line ends with ``fails_link`` (markdown, e.g. the departures page on a simulated
+    release); an untestable row says why."""
+    rows = table[table["page"] == page]
+    lines = []
+    for r in rows.itertuples(index=False):
+        where = " / ".join(x for x in (str(r.backbone).split("/")[-1], r.dataset, r.detail) if x)
+        percent = "coverage" in r.quantity or "risk" in r.quantity or "share" in r.quantity or "flip" in r.quantity
+        if r.verdict == "untestable":
+            lines.append(f"On this release: cannot be tested — {r.quantity} ({where}): {r.reason}")
+            continue
+        line = (f"On this release: {LINE_WORDS[r.verdict]} — {r.quantity} {_num(r.value, percent)} "
+                f"[{_num(r.ci_low, percent)}, {_num(r.ci_high, percent)}] ({where})")
+        if r.verdict == "fails" and fails_link:
+            line += f" {fails_link}"
+        lines.append(line)
+    return lines
+
+
+def ledger_files(table: pd.DataFrame, release: str, out: str | Path) -> dict[Path, bytes]:
+    """``claims.csv`` and ``claims.json`` of a ledger (bytes, for an all-or-nothing write): the
+    rows (values rounded to 6 digits, so a re-run is byte-identical), and in the JSON the release,
+    the scorecard, each claim's verdict and the equivalence margin of the "at chance" rule."""
+    out = Path(out)
+    t = table.copy()
+    for c in ("value", "ci_low", "ci_high"):
+        t[c] = t[c].astype(float).round(6)
+    csv = t.to_csv(index=False, lineterminator="\n").encode("utf-8")
+    doc: dict[str, Any] = {
+        "release": release, "scorecard": scorecard(table), "equivalence_margin": EQUIVALENCE_MARGIN,
+        "claims": claim_verdicts(table).to_dict(orient="records"),
+        "rows": t.to_dict(orient="records"),
+    }
+    js = (json.dumps(jsonable(doc), ensure_ascii=False, indent=1, allow_nan=False) + "\n").encode("utf-8")
+    return {out / "claims.csv": csv, out / "claims.json": js}
