@@ -18,7 +18,13 @@ from probeguard_core.cli import main
 from probeguard_core.ledger import EQUIVALENCE_MARGIN, load_claims, verdict
 from probeguard_core.ledger.evaluate import COLUMNS, EVALUATORS, aurc_rows, auroc_rows, evaluate_release
 from probeguard_core.ledger.registry import CLAIMS_PATH, KINDS
-from probeguard_core.ledger.report import claim_verdicts, page_lines, scorecard, scorecard_sentence
+from probeguard_core.ledger.report import (
+    claim_verdicts,
+    page_lines,
+    page_verdicts_html,
+    scorecard,
+    scorecard_sentence,
+)
 from probeguard_core.release import load_release
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,9 +175,14 @@ def test_scorecard_and_page_lines(tiny_ledger) -> None:
     assert card["claims"] == len(load_claims()) == len(v)
     assert card["holds"] + card["fails"] + card["undetermined"] == card["testable"]
     assert scorecard_sentence(card).startswith(f"On this release, {card['holds']} of {card['testable']} testable")
-    lines = page_lines(tiny_ledger, "table5_fig5_all_signals", fails_link="[why](departures)")
-    assert lines == [l for l in lines if l.startswith("On this release: does not hold — sequence log-probability AUROC")]
-    assert all(l.endswith("[why](departures)") for l in lines) and re.search(r"0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]", lines[0])
+    lines = page_lines(tiny_ledger, "table5_fig5_all_signals")
+    assert [v for v, _ in lines] == ["fails"]
+    assert lines[0][1].startswith("On this release: does not hold — sequence log-probability AUROC 0.")
+    assert re.search(r"0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]", lines[0][1])
+    block = page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=True)
+    assert 'data-claim="sequence_logprob_inverted"' in block and 'href="departures.html"' in block
+    assert "departures.html" not in page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=False)
+    assert page_verdicts_html(tiny_ledger, "departures", simulated=True) == ""
 
 
 # --------------------------------------------------------------------------- the CLI

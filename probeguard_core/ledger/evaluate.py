@@ -283,7 +283,7 @@ def _split_frame(rel: ReleaseLike, claim: Claim, b: str, d: str, ctx: dict[Any, 
         cells = [_cell(rel, b, d)]
     t = certification_inputs(cells)
     st, err = t["stratum"].to_numpy(dtype=str), t["error"].to_numpy(dtype=bool)
-    kw = dict(alphas=C.DEFAULT_ALPHAS, n_splits=N_SPLITS, seed=SEED)
+    kw = dict(alphas=C.DEFAULT_ALPHAS, n_splits=ctx.get("n_splits", N_SPLITS), seed=SEED)
     if arm in ("naive_quantile", "global_ltt"):
         fs = cell_scores(cells[0], seed=SEED)["process_score"].loc[t.index].to_numpy(dtype=float)
         df = C.repeated_splits(fs, err, st, method="naive" if arm == "naive_quantile" else "global", **kw)
@@ -329,7 +329,7 @@ def eval_violations(rel: ReleaseLike, claim: Claim, b: str, d: str, ctx: dict[An
     from probeguard_core.tables.method import violation_counts
 
     aug = rel.cell(d, b, role="augment") if rel.has_cell(d, b, role="augment") else None
-    v = violation_counts(_cell(rel, b, d), aug, n_splits=N_SPLITS, seed=SEED)
+    v = violation_counts(_cell(rel, b, d), aug, n_splits=ctx.get("n_splits", N_SPLITS), seed=SEED)
     v = v[v["guaranteed"]]
     k, n = int(v["violations"].sum()), int(v["n_splits"].sum())
     if not n:
@@ -457,10 +457,11 @@ def evaluate_claim(rel: ReleaseLike, claim: Claim, ctx: dict[Any, Any] | None = 
     return rows
 
 
-def evaluate_release(rel: ReleaseLike, claims: Sequence[Claim] | None = None) -> pd.DataFrame:
+def evaluate_release(rel: ReleaseLike, claims: Sequence[Claim] | None = None,
+                     n_splits: int = N_SPLITS) -> pd.DataFrame:
     """Every claim of the registry (or ``claims``) on ``rel``: the ledger, columns :data:`COLUMNS`,
-    in the registry's order."""
+    in the registry's order; the certification claims over ``n_splits`` splits (Appendix E: 50)."""
     claims = load_claims() if claims is None else list(claims)
-    ctx: dict[Any, Any] = {}
+    ctx: dict[Any, Any] = {"n_splits": int(n_splits)}
     rows = [r for c in claims for r in evaluate_claim(rel, c, ctx)]
     return pd.DataFrame(rows, columns=list(COLUMNS))

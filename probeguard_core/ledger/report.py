@@ -5,6 +5,7 @@ result page's caption.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from collections.abc import Mapping
@@ -16,7 +17,8 @@ import pandas as pd
 from probeguard_core.fileio import jsonable
 from probeguard_core.ledger.verdict import EQUIVALENCE_MARGIN, VERDICTS
 
-__all__ = ["LINE_WORDS", "claim_verdicts", "ledger_files", "page_lines", "scorecard", "scorecard_sentence"]
+__all__ = ["DEPARTURES_HREF", "LINE_WORDS", "claim_verdicts", "ledger_files", "page_lines", "page_verdicts",
+           "page_verdicts_html", "scorecard", "scorecard_sentence"]
 
 #: How a verdict reads under a caption.
 LINE_WORDS: dict[str, str] = {"holds": "holds", "fails": "does not hold", "undetermined": "cannot be decided",
@@ -62,25 +64,54 @@ def _num(x: float, percent: bool) -> str:
     return f"{100 * x:.1f} %" if percent else f"{x:.3f}"
 
 
-def page_lines(table: pd.DataFrame, page: str, fails_link: str | None = None) -> list[str]:
-    """One line per tested claim and cell of ``page`` (the notebook name):
-    "On this release: holds — <quantity> 0.705 [0.671, 0.739] (<backbone> / <dataset>)". A
-    ``fails`` line ends with ``fails_link`` (markdown, e.g. the departures page on a simulated
-    release); an untestable row says why."""
+def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
+    """``(verdict, line)`` per tested claim and cell of ``page`` (the notebook name), e.g.
+    "On this release: holds — <quantity> 0.705 [0.671, 0.739] (<backbone> / <dataset>)"; an
+    untestable row says why. Rates, coverages and shares read as percentages."""
     rows = table[table["page"] == page]
     lines = []
     for r in rows.itertuples(index=False):
         where = " / ".join(x for x in (str(r.backbone).split("/")[-1], r.dataset, r.detail) if x)
-        percent = "coverage" in r.quantity or "risk" in r.quantity or "share" in r.quantity or "flip" in r.quantity
+        percent = any(w in r.quantity for w in ("coverage", "risk", "share", "flip", "error rate"))
         if r.verdict == "untestable":
-            lines.append(f"On this release: cannot be tested — {r.quantity} ({where}): {r.reason}")
+            lines.append((r.verdict, f"On this release: cannot be tested — {r.quantity} ({where}): {r.reason}"))
             continue
-        line = (f"On this release: {LINE_WORDS[r.verdict]} — {r.quantity} {_num(r.value, percent)} "
-                f"[{_num(r.ci_low, percent)}, {_num(r.ci_high, percent)}] ({where})")
-        if r.verdict == "fails" and fails_link:
-            line += f" {fails_link}"
-        lines.append(line)
+        lines.append((r.verdict, f"On this release: {LINE_WORDS[r.verdict]} — {r.quantity} {_num(r.value, percent)} "
+                                 f"[{_num(r.ci_low, percent)}, {_num(r.ci_high, percent)}] ({where})"))
     return lines
+
+
+#: Where a ``fails`` line on a simulated release points: the departures page, which names the
+#: simulator mechanism behind each number (a sibling of every result page in the built book).
+DEPARTURES_HREF = "departures.html"
+
+
+def page_verdicts_html(table: pd.DataFrame, page: str, simulated: bool) -> str:
+    """The verdict lines of ``page`` as the HTML block shown under a result page's banner (empty
+    when the page tests no claim); each names the claim's section and links the ledger page, and
+    on a simulated release a ``fails`` line links :data:`DEPARTURES_HREF`."""
+    lines = page_lines(table, page)
+    if not lines:
+        return ""
+    sections = dict(zip(table["claim"], table["section"]))
+    items = []
+    for (v, text), claim in zip(lines, table.loc[table["page"] == page, "claim"]):
+        extra = (f' <a href="{DEPARTURES_HREF}">why: the simulator departs here</a>'
+                 if v == "fails" and simulated else "")
+        items.append(f'<li class="probeguard-verdict probeguard-verdict-{v}" data-claim="{html.escape(claim)}">'
+                     f"{html.escape(text)} <small>(the paper, {html.escape(sections[claim])})</small>{extra}</li>")
+    return ('<div class="probeguard-verdicts"><p><strong>The paper\'s claims this page tests</strong> '
+            '(<a href="ledger.html">the whole ledger</a>):</p><ul>' + "".join(items) + "</ul></div>")
+
+
+def page_verdicts(release: Any, page: str, n_splits: int | None = None) -> pd.DataFrame:
+    """The ledger rows of the claims ``page`` tests, evaluated on ``release``
+    (:func:`evaluate.evaluate_release` restricted to them)."""
+    from probeguard_core.ledger.evaluate import N_SPLITS, evaluate_release
+    from probeguard_core.ledger.registry import load_claims
+
+    claims = [c for c in load_claims() if c.page == page]
+    return evaluate_release(release, claims, n_splits=N_SPLITS if n_splits is None else n_splits)
 
 
 def ledger_files(table: pd.DataFrame, release: str, out: str | Path) -> dict[Path, bytes]:
