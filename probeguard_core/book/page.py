@@ -4,7 +4,10 @@ A notebook's only set-up cell is ``page = open_page(globals())`` (hidden input).
 the release and the output folder through :mod:`probeguard_core.book.paths` (the one release
 resolver), loads the release, shows the provenance banner first and, under it, the parameters
 the page was actually run with (papermill's injected values, not the defaults of the
-parameters cell, which the book hides), with repository-relative paths only.
+parameters cell, which the book hides), with repository-relative paths only. Between the two
+stand the verdicts of the paper's claims that the page tests (issue 22, :mod:`probeguard_core.ledger`,
+keyed by the page's notebook name, the last part of its ``output_dir``), so no notebook carries
+code of its own for them.
 
 >>> from probeguard_core.book.page import effective_parameters
 >>> effective_parameters({"release": "data/simulated-v1", "alpha": 0.15, "In": [], "_": 1, "f": print})
@@ -23,7 +26,7 @@ from typing import Any
 from probeguard_core.book.outputs import Outputs, provenance_banner
 from probeguard_core.book.paths import repo_relative, resolve, resolve_release
 
-__all__ = ["FIGURE_RC", "Page", "effective_parameters", "open_page", "parameters_html"]
+__all__ = ["FIGURE_RC", "Page", "effective_parameters", "open_page", "parameters_html", "verdicts_html"]
 
 #: Matplotlib defaults of the book's figures: fonts legible when a figure is shown at the
 #: article width (a cell's explicit ``fontsize=`` still wins).
@@ -59,6 +62,7 @@ class Page:
     release: Any
     out: Outputs
     params: dict[str, Any] = field(default_factory=dict)
+    verdicts: str = ""
 
     def figure(self, name: str, fig: Any) -> None:
         """Write ``fig`` as ``<name>.png`` / ``.svg``, glue it under ``name`` for a
@@ -85,7 +89,7 @@ class Page:
         return f"Release {self.release.name} ({self.release.provenance})"
 
     def _repr_html_(self) -> str:
-        return provenance_banner(self.release).data + parameters_html(self.params)
+        return provenance_banner(self.release).data + self.verdicts + parameters_html(self.params)
 
 
 def open_page(namespace: Mapping[str, Any] | None = None, *, release: str | os.PathLike[str] | None = None,
@@ -106,5 +110,23 @@ def open_page(namespace: Mapping[str, Any] | None = None, *, release: str | os.P
 
     mpl.rcParams.update(FIGURE_RC)
     rel = load_release(resolve_release(release))
+    n_splits = params.get("n_splits")
     return Page(rel, Outputs(resolve(output_dir)), {**params, "release": str(release),
-                                                     "output_dir": str(Path(output_dir))})
+                                                     "output_dir": str(Path(output_dir))},
+                verdicts_html(rel, Path(output_dir).name, n_splits if isinstance(n_splits, int) else None))
+
+
+def verdicts_html(rel: Any, page: str, n_splits: int | None = None) -> str:
+    """The verdict lines of the claims ``page`` tests on ``rel`` (:func:`ledger.report.page_verdicts_html`),
+    or a line saying why they cannot be computed; empty for a page that tests no claim."""
+    from probeguard_core.ledger.registry import load_claims
+    from probeguard_core.ledger.report import page_verdicts, page_verdicts_html
+
+    if not any(c.page == page for c in load_claims()):
+        return ""
+    try:
+        table = page_verdicts(rel, page, n_splits)
+    except ValueError as exc:
+        return (f'<div class="probeguard-verdicts"><p>The paper\'s claims this page tests cannot be evaluated on '
+                f"this release: {html.escape(str(exc))}</p></div>")
+    return page_verdicts_html(table, page, simulated=rel.is_simulated)

@@ -176,7 +176,7 @@ def _margin(rel: ReleaseLike, claim: Claim, b: str, d: str, point: Callable[...,
     with warnings.catch_warnings():  # a replicate with one class has no AUROC for any signal: left out
         warnings.simplefilter("ignore", RuntimeWarning)
         reps = sign * (rows(x[idx], yb) - (np.nanmax(ref, 0) if sign > 0 else np.nanmin(ref, 0)))
-    detail = "vs " + ", ".join(others)
+    detail = "vs " + (", ".join(others) if len(others) <= 2 else f"the best of {len(others)} other signals")
     return [Result(float(value), *_interval(reps), len(y), BOOT, detail)]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from probeguard_core.fileio import jsonable
+from probeguard_core.paper import display_label
 from probeguard_core.ledger.verdict import EQUIVALENCE_MARGIN, VERDICTS
 
 __all__ = ["DEPARTURES_HREF", "LINE_WORDS", "claim_verdicts", "ledger_files", "page_lines", "page_verdicts",
@@ -71,7 +72,8 @@ def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
     rows = table[table["page"] == page]
     lines = []
     for r in rows.itertuples(index=False):
-        where = " / ".join(x for x in (str(r.backbone).split("/")[-1], r.dataset, r.detail) if x)
+        where = " / ".join(x for x in (display_label("backbone", r.backbone) if r.backbone else "",
+                                       display_label("dataset", r.dataset) if r.dataset else "", r.detail) if x)
         percent = any(w in r.quantity for w in ("coverage", "risk", "share", "flip", "error rate"))
         if r.verdict == "untestable":
             lines.append((r.verdict, f"On this release: cannot be tested — {r.quantity} ({where}): {r.reason}"))
