@@ -46,7 +46,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 NAME = "certification_fig4"
-SMALL_BOOK = (NAME, "table2_3_discrimination", "departures")
+SMALL_BOOK = (NAME, "table2_3_discrimination", "ledger", "departures")
 #: The largest Qwen3-8B cell of a 5 % release: enough questions that some alpha certifies.
 DATASET = "medmcqa"
 WIDTHS = {"laptop": (1366, 768), "phone": (390, 844)}
@@ -97,10 +97,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     os.environ["PROBEGUARD_REPO_ROOT"] = str(root)
     bb._root_from.cache_clear()
     try:
-        results = bb.run_notebooks(release, jobs=1, only=list(SMALL_BOOK[:2]), params={"n_splits": 3},
+        results = bb.run_notebooks(release, jobs=1, only=list(SMALL_BOOK[:3]), params={"n_splits": 3},
                                    root=root, per_notebook={NAME: {"dataset": DATASET}})
         # the departures page reads what the other notebooks wrote, so it runs after them
-        results += bb.run_notebooks(release, jobs=1, only=[SMALL_BOOK[2]], root=root)
+        results += bb.run_notebooks(release, jobs=1, only=[SMALL_BOOK[3]], root=root)
         for res in results:
             assert res.ok, f"{res.name} failed: {res.error}"
         html = bb.build_book(release, root=root, only=list(SMALL_BOOK))
@@ -537,3 +537,45 @@ def test_pages_carry_the_provenance_banner(built: dict[str, Path], browser: Any)
         assert "Simulated release" in banner.inner_text(), rel
         _assert_clean(log)
         page.context.close()
+
+
+# --------------------------------------------------------------------------- the claims ledger (issue 22)
+def _claims_of(page_name: str) -> set[str]:
+    from probeguard_core.ledger import load_claims
+
+    return {c.id for c in load_claims() if c.page == page_name}
+
+
+def test_landing_page_shows_the_scorecard(built: dict[str, Path], browser: Any) -> None:
+    page, log = _open(browser, built["html"] / "book/intro.html")
+    text = page.locator("main").inner_text()
+    assert re.search(r"On this release, \d+ of \d+ testable claims of the paper hold, \d+ fail, \d+ cannot be decided",
+                     text), "the landing page has no scorecard"
+    link = page.locator("a").filter(has_text="claims hold on this release").first  # smart quotes: paper’s
+    target = _resolve_link(built["html"], "book/intro.html", link.get_attribute("href"))
+    assert target is not None and target.is_file()
+    _assert_clean(log)
+    page.context.close()
+
+
+@pytest.mark.parametrize("site", ["small", *(["full"] if FULL else [])])
+def test_result_pages_show_a_verdict_line_per_claim(built: dict[str, Path], browser: Any, site: str) -> None:
+    """Every result page that tests a claim shows one line per claim it tests, under its banner,
+    each reading holds / does not hold / cannot be decided / cannot be tested with its value."""
+    root = _sites(built)[site]
+    names = [e.name for e in bb.load_registry() if _claims_of(e.name)]
+    shown = [n for n in names if (root / f"book/_generated/{n}.html").is_file()]
+    assert site != "small" or {"table2_3_discrimination", NAME} <= set(shown)
+    assert site != "full" or shown == names, "a page that tests a claim is missing from the full build"
+    for name in shown:
+        rel = f"book/_generated/{name}.html"
+        page, _ = _open(browser, root / rel)
+        block = page.locator(".probeguard-verdicts")
+        assert block.count() == 1, f"{rel}: no verdict block"
+        lines = block.locator("li[data-claim]")
+        assert {lines.nth(i).get_attribute("data-claim") for i in range(lines.count())} == _claims_of(name), rel
+        for i in range(lines.count()):
+            assert re.match(r"On this release: (holds|does not hold|cannot be decided|cannot be tested) — ",
+                            lines.nth(i).inner_text()), rel
+        page.context.close()
+
