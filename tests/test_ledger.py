@@ -215,3 +215,21 @@ def test_cli_bad_release_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("probeguard claims: error:") and "Traceback" not in err[0]
     assert not out.exists()
+
+
+def test_certification_values_are_the_section_4_4_pages(tiny: Path, tiny_ledger) -> None:
+    """The ledger's §4.4 numbers are the means the certification page shows (tables.figure4)."""
+    from probeguard_core.tables.certification import figure4
+
+    m = figure4(load_release(tiny), alphas=[0.05, 0.10, 0.15, 0.20], n_splits=50).tables["certification_methods"]
+    t = tiny_ledger.set_index("claim")
+
+    def page(arm: str, stratum: str, alpha: float, col: str) -> float:
+        return float(m[(m.arm == arm) & (m.stratum == stratum) & (m.alpha == alpha)][col].iloc[0])
+
+    assert t.at["naive_quantile_misses_target", "value"] == pytest.approx(page("naive_quantile", "all", 0.10, "risk_mean"))
+    assert t.at["stratified_ltt_certifies_layer", "value"] == pytest.approx(
+        page("stratified_ltt", "S1", 0.15, "coverage_mean"))
+    # the largest coverage over α per split, averaged, is at least the largest of the per-α means
+    assert t.at["global_ltt_certifies_nothing", "value"] >= max(
+        page("global_ltt", "all", a, "coverage_mean") for a in (0.05, 0.10, 0.15, 0.20)) - 1e-12
