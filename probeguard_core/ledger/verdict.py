@@ -38,7 +38,7 @@ def verdict(value: float, lo: float, hi: float, test: str, threshold: float,
     the rule ``test`` against ``threshold`` (module docstring); ``untestable`` when any of the
     three is not finite.
 
-    >>> verdict(0.7, 0.65, 0.75, "greater", 0.5), verdict(0.52, 0.47, 0.56, "equivalent", 0.5)
+    >>> verdict(0.7, 0.65, 0.75, "greater", 0.5), verdict(0.52, 0.47, 0.54, "equivalent", 0.5)
     ('holds', 'holds')
     >>> verdict(0.6, 0.45, 0.7, "greater", 0.5), verdict(0.0, 0.0, 0.0, "at_most", 0.0)
     ('undetermined', 'holds')
