@@ -118,6 +118,133 @@ class _FieldError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
+# Rules: each written once, as a plain function of a record's fields.  The pydantic validators
+# below call them (raising the reason, which pydantic places at the field), and so does the
+# fast read (:func:`_fast_problem`), which reads the same attributes of the record structs.
+# --------------------------------------------------------------------------------------------
+
+#: ``(location relative to the record, reason)`` of the first broken rule, or None.
+_Broken = tuple[tuple[str | int, ...], str] | None
+
+_T = TypeVar("_T")
+
+
+def _raise_if(reason: str | None, value: _T) -> _T:
+    """A field validator's body: raise ``reason`` (pydantic names the field), else pass ``value``."""
+    if reason:
+        raise ValueError(reason)
+    return value
+
+
+def version_problem(v: int) -> str | None:
+    """Every record: ``schema_version`` is 1 (DESIGN 2)."""
+    return None if v == SCHEMA_VERSION else f"unsupported schema_version {v}; this reader understands {SCHEMA_VERSION}"
+
+
+def logprob_problem(v: float | None) -> str | None:
+    """A candidate's ``logprob`` is a sum of token log-probabilities, so never positive (DESIGN 2.1)."""
+    if v is not None and v > 0.0:
+        return f"sequence log-probability {v!r} is positive (a sum of log-probabilities is <= 0)"
+    return None
+
+
+def doc_ids_problem(v: list[str]) -> str | None:
+    """One round's retrieval (D_t, Eq. 10) names each document once."""
+    if len(set(v)) != len(v):
+        first = next(d for d, k in Counter(v).items() if k > 1)
+        return f"document id {first!r} is retrieved more than once in one round"
+    return None
+
+
+def options_problem(v: dict[str, str]) -> str | None:
+    """DESIGN 2.1 ``options``: at least 2 keys, each one uppercase letter."""
+    if len(v) < 2:
+        return f"needs at least 2 options, got {len(v)}"
+    for k in v:
+        if not OPTION_KEY.match(k):
+            return f"option key {k!r} is not one uppercase letter"
+    return None
+
+
+def consensus_problem(v: str) -> str | None:
+    """DESIGN 2.2 ``consensus``: the unanimous first-round answer m*, one uppercase letter."""
+    return None if OPTION_KEY.match(v) else f"consensus {v!r} is not one uppercase letter"
+
+
+def _unanimous(rnd: Any) -> bool:
+    answers = {c.answer for c in rnd.candidates}
+    return len(answers) == 1 and None not in answers
+
+
+def log_problem(log: Any) -> _Broken:
+    """The rules across one log's fields (DESIGN 2.1, Section 3): gold among the options, at most
+    ``max_rounds`` rounds numbered 1, 2, ... with ``n_candidates`` candidates each, answers among
+    the options (or null), a stop at unanimity, no retrieval after the last round, and a contested
+    last round only at ``max_rounds``."""
+    options = log.options
+    if log.gold not in options:
+        return ("gold",), f"{log.gold!r} is not among the options {sorted(options)}"
+    rounds = log.rounds
+    n_rounds, n = len(rounds), log.n_candidates
+    if n_rounds > log.max_rounds:
+        return ("rounds",), f"{n_rounds} rounds exceed max_rounds={log.max_rounds}"
+    for t, rnd in enumerate(rounds, start=1):
+        at = ("rounds", t - 1)
+        if rnd.round != t:
+            return (*at, "round"), f"expected round {t} (consecutive from 1), got {rnd.round}"
+        cands = rnd.candidates
+        if len(cands) != n:
+            return (*at, "candidates"), f"expected n_candidates={n} candidates, got {len(cands)}"
+        for i, cand in enumerate(cands):
+            if cand.answer is not None and cand.answer not in options:
+                return (*at, "candidates", i, "answer"), f"{cand.answer!r} is not among the options {sorted(options)}"
+        if t < n_rounds and _unanimous(rnd):
+            return at, f"round {t} is unanimous but is followed by round {t + 1} (the substrate stops at unanimity)"
+    last = rounds[-1]
+    if last.retrieval is not None:
+        reason = f"round {last.round} is the last logged round but has a retrieval (evidence is retrieved for a next round)"
+        return ("rounds", n_rounds - 1, "retrieval"), reason
+    if len({c.answer for c in last.candidates}) > 1 and n_rounds < log.max_rounds:
+        return ("rounds",), (f"{CUT_SHORT}: round {last.round} is contested but only {n_rounds} of "
+                             f"max_rounds={log.max_rounds} rounds are logged (the substrate stops only at unanimity or max_rounds)")
+    return None
+
+
+def probe_problem(rec: Any) -> _Broken:
+    """DESIGN 2.2 across a probe record's fields: the instruction_only arm has no queries and no
+    documents; each re-answer is null or one uppercase letter."""
+    if rec.arm == "instruction_only":
+        for name in ("queries", "doc_ids"):
+            if getattr(rec, name):
+                return (name,), "the instruction_only arm has no queries and no documents"
+    for i, cand in enumerate(rec.reanswers):
+        if cand.answer is not None and not OPTION_KEY.match(cand.answer):
+            return ("reanswers", i, "answer"), f"{cand.answer!r} is not one uppercase letter"
+    return None
+
+
+def nli_problem(rec: Any) -> _Broken:
+    """DESIGN 2.4 across an NLI record's fields (Eq. 3): distinct candidate indices, one claim per
+    candidate, a square matrix of probabilities in [0, 1]."""
+    cands = rec.candidates
+    n = len(cands)
+    if len(set(cands)) != n:
+        dup = [c for c, k in Counter(cands).items() if k > 1]
+        return ("candidates",), f"candidate index {dup[0]} is listed more than once"
+    if len(rec.claims) != n:
+        return ("claims",), f"{len(rec.claims)} claims for {n} candidate indices (one per candidate)"
+    if len(rec.entailment) != n:
+        return ("entailment",), f"matrix has {len(rec.entailment)} rows for {n} claims"
+    for i, row in enumerate(rec.entailment):
+        if len(row) != n:
+            return ("entailment", i), f"matrix is not square: row has {len(row)} entries, expected {n}"
+        if not all(0.0 <= v <= 1.0 for v in row):
+            j = next(j for j, v in enumerate(row) if not 0.0 <= v <= 1.0)
+            return ("entailment", i, j), f"probability {row[j]!r} is not in [0, 1]"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
 # Records
 # --------------------------------------------------------------------------------------------
 
@@ -141,9 +268,7 @@ class _Versioned(_Record):
     @field_validator("schema_version")
     @classmethod
     def _version(cls, v: int) -> int:
-        if v != SCHEMA_VERSION:
-            raise ValueError(f"unsupported schema_version {v}; this reader understands {SCHEMA_VERSION}")
-        return v
+        return _raise_if(version_problem(v), v)
 
 
 class Cost(_Record):
@@ -169,9 +294,7 @@ class Candidate(_Record):
     @field_validator("logprob")
     @classmethod
     def _log_probability(cls, v: float | None) -> float | None:
-        if v is not None and v > 0.0:
-            raise ValueError(f"sequence log-probability {v!r} is positive (a sum of log-probabilities is <= 0)")
-        return v
+        return _raise_if(logprob_problem(v), v)
 
 
 class ReAnswer(Candidate):
@@ -189,10 +312,7 @@ class Retrieval(_Record):
     @field_validator("doc_ids")
     @classmethod
     def _distinct_docs(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v):
-            first = next(d for d, k in Counter(v).items() if k > 1)
-            raise ValueError(f"document id {first!r} is retrieved more than once in one round")
-        return v
+        return _raise_if(doc_ids_problem(v), v)
 
 
 class Round(_Record):
@@ -217,19 +337,9 @@ def modal_answer(rnd: Round) -> str | None:
     return min(a for a, k in counts.items() if k == top)
 
 
-def _is_unanimous(rnd: Round) -> bool:
-    answers = {c.answer for c in rnd.candidates}
-    return len(answers) == 1 and None not in answers
-
-
 def check_options(v: dict[str, str]) -> dict[str, str]:
     """DESIGN 2.1 ``options``: at least 2 keys, each one uppercase letter (raises ValueError)."""
-    if len(v) < 2:
-        raise ValueError(f"needs at least 2 options, got {len(v)}")
-    for k in v:
-        if not OPTION_KEY.match(k):
-            raise ValueError(f"option key {k!r} is not one uppercase letter")
-    return v
+    return _raise_if(options_problem(v), v)
 
 
 class QuestionLog(_Versioned):
@@ -254,21 +364,9 @@ class QuestionLog(_Versioned):
 
     @model_validator(mode="after")
     def _consistency(self) -> QuestionLog:
-        opts = sorted(self.options)
-        if self.gold not in self.options:
-            raise _FieldError("gold", f"{self.gold!r} is not among the options {opts}")
-        if len(self.rounds) > self.max_rounds:
-            raise _FieldError("rounds", f"{len(self.rounds)} rounds exceed max_rounds={self.max_rounds}")
-        for t, rnd in enumerate(self.rounds, start=1):
-            self._check_round(t, rnd, opts)
-        last = self.rounds[-1]
-        if last.retrieval is not None:
-            reason = f"round {last.round} is the last logged round but has a retrieval (evidence is retrieved for a next round)"
-            raise _FieldError(("rounds", len(self.rounds) - 1, "retrieval"), reason)
-        if len({c.answer for c in last.candidates}) > 1 and len(self.rounds) < self.max_rounds:
-            reason = (f"{CUT_SHORT}: round {last.round} is contested but only {len(self.rounds)} of "
-                      f"max_rounds={self.max_rounds} rounds are logged (the substrate stops only at unanimity or max_rounds)")
-            raise _FieldError("rounds", reason)
+        problem = log_problem(self)
+        if problem:
+            raise _FieldError(*problem)
         if not isinstance(self.probe_pilot, (bool, type(None))):  # optional field, DESIGN 2.1
             raise _FieldError("probe_pilot", f"expected true or false, got {self.probe_pilot!r}")
         return self
@@ -277,21 +375,6 @@ class QuestionLog(_Versioned):
     def probe_pilot(self) -> bool | None:
         """DESIGN 2.1 optional ``probe_pilot``: the question was in the probe pilot (§5.2); None = not recorded."""
         return (self.model_extra or {}).get("probe_pilot")
-
-    def _check_round(self, t: int, rnd: Round, opts: list[str]) -> None:
-        at = ("rounds", t - 1)
-        if rnd.round != t:
-            raise _FieldError((*at, "round"), f"expected round {t} (consecutive from 1), got {rnd.round}")
-        if len(rnd.candidates) != self.n_candidates:
-            got = len(rnd.candidates)
-            raise _FieldError((*at, "candidates"), f"expected n_candidates={self.n_candidates} candidates, got {got}")
-        for i, cand in enumerate(rnd.candidates):
-            if cand.answer is not None and cand.answer not in self.options:
-                where = (*at, "candidates", i, "answer")
-                raise _FieldError(where, f"{cand.answer!r} is not among the options {opts}")
-        if _is_unanimous(rnd) and t < len(self.rounds):
-            nxt = f"round {t} is unanimous but is followed by round {t + 1}"
-            raise _FieldError(at, f"{nxt} (the substrate stops at unanimity)")
 
 
 class ProbeRecord(_Versioned):
@@ -318,19 +401,13 @@ class ProbeRecord(_Versioned):
     @field_validator("consensus")
     @classmethod
     def _consensus_key(cls, v: str) -> str:
-        if not OPTION_KEY.match(v):
-            raise ValueError(f"consensus {v!r} is not one uppercase letter")
-        return v
+        return _raise_if(consensus_problem(v), v)
 
     @model_validator(mode="after")
     def _arm_rules(self) -> ProbeRecord:
-        if self.arm == "instruction_only":
-            for name in ("queries", "doc_ids"):
-                if getattr(self, name):
-                    raise _FieldError(name, "the instruction_only arm has no queries and no documents")
-        for i, cand in enumerate(self.reanswers):
-            if cand.answer is not None and not OPTION_KEY.match(cand.answer):
-                raise _FieldError(("reanswers", i, "answer"), f"{cand.answer!r} is not one uppercase letter")
+        problem = probe_problem(self)
+        if problem:
+            raise _FieldError(*problem)
         return self
 
 
@@ -358,21 +435,9 @@ class NLIRecord(_Versioned):
 
     @model_validator(mode="after")
     def _matrix(self) -> NLIRecord:
-        n = len(self.candidates)
-        dup = [c for c, k in Counter(self.candidates).items() if k > 1]
-        if dup:
-            raise _FieldError("candidates", f"candidate index {dup[0]} is listed more than once")
-        if len(self.claims) != n:
-            raise _FieldError("claims", f"{len(self.claims)} claims for {n} candidate indices (one per candidate)")
-        if len(self.entailment) != n:
-            raise _FieldError("entailment", f"matrix has {len(self.entailment)} rows for {n} claims")
-        for i, row in enumerate(self.entailment):
-            if len(row) != n:
-                reason = f"matrix is not square: row has {len(row)} entries, expected {n}"
-                raise _FieldError(("entailment", i), reason)
-            for j, v in enumerate(row):
-                if not 0.0 <= v <= 1.0:
-                    raise _FieldError(("entailment", i, j), f"probability {v!r} is not in [0, 1]")
+        problem = nli_problem(self)
+        if problem:
+            raise _FieldError(*problem)
         return self
 
 
@@ -641,7 +706,7 @@ _Problem = tuple[str, str] | None  # (field, reason) of a cross-file mismatch, o
 
 def _probe_problem(rec: ProbeRecord, log: QuestionLog) -> _Problem:
     first = log.rounds[0]
-    if not _is_unanimous(first):
+    if not _unanimous(first):
         return "consensus", f"question {rec.qid!r} is not unanimous in round 1; it cannot be probed"
     m = first.candidates[0].answer
     if rec.consensus != m:
