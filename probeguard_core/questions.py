@@ -26,16 +26,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
-from probeguard_core.logs import (
-    LogFormatError,
-    _FieldError,
-    _object_hook,
-    _scan,
-    check_options,
-    iter_jsonl,
-    loc_to_field,
-    validate_record,
-)
+from probeguard_core.jsonl import LogFormatError, _object_hook, _scan, iter_jsonl, loc_to_field
+from probeguard_core.logs import _FieldError, check_options, validate_record
 
 __all__ = ["Doc", "Question", "iter_corpus", "load_corpus", "load_questions"]
 

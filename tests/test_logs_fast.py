@@ -1,10 +1,12 @@
-"""The fast strict read (probeguard_core.fastread): accepts only what the strict readers accept.
+"""The fast read inside the strict readers (:func:`probeguard_core.logs._read_fast`): it accepts
+only what the pydantic path accepts.
 
 Every malformed logs/NLI case of the foundation (``test_logs_malformed.CASES``) is written in
-the canonical form the fast reader accepts (compact JSON, DESIGN key order), so that the
-defect itself, not the spelling, must be what it declines; a release whose file is malformed
-gives ``Cell.features()`` exactly the strict reader's error.  On valid files it returns
-records from which ``feature_table`` computes the strict readers' table, byte for byte.
+the canonical form the fast read accepts (compact JSON, DESIGN key order), so that the defect
+itself, not the spelling, must be what it declines, and the reader then raises the case's
+``file:line: field: reason``; a release whose file is malformed gives ``Cell.features()``
+exactly that error.  On valid files it returns the derived structs, from which ``feature_table``
+computes the pydantic records' table, byte for byte.
 """
 
 from __future__ import annotations
@@ -21,12 +23,9 @@ import pytest
 from helpers import make_log, make_nli
 from test_logs_malformed import CASES, GOOD, Case
 
-from probeguard_core import fastread
 from probeguard_core import features as F
 from probeguard_core import logs as L
 from probeguard_core.release import load_release
-
-pytestmark = pytest.mark.skipif(not fastread.available(), reason="msgspec is not installed")
 
 RELEASE = Path(__file__).resolve().parents[1] / "data" / "simulated-v1"
 
@@ -71,6 +70,21 @@ def _line(rec: Any, struct: Any) -> bytes:
     return json.dumps(_order(rec, struct), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+def _fast_logs(path: Path) -> list[Any] | None:
+    return L._read_fast(L.QuestionLog, path, ("qid",))
+
+
+def _fast_nli(path: Path) -> list[Any] | None:
+    return L._read_fast(L.NLIRecord, path, ("qid", "round"))
+
+
+def _strict(model: Any, path: Path) -> list[Any]:
+    """The pydantic path alone (what the readers fall back to)."""
+    out: list[Any] = []
+    L._read_into(out, {}, model, path, ("qid",) if model is L.QuestionLog else ("qid", "round"))
+    return out
+
+
 def _write(path: Path, records: list[Any], struct: Any, case: Case | None = None) -> Path:
     if case is not None and case.raw_bytes is not None:
         path.write_bytes(case.raw_bytes)
@@ -87,7 +101,7 @@ def _write(path: Path, records: list[Any], struct: Any, case: Case | None = None
 def test_canonical_valid_files_are_accepted(tmp_path: Path) -> None:
     """The positive control: without it, declining every case below would prove nothing."""
     logs = [GOOD, make_log([["A", "B", "C"], ["A", "A", "B"]], qid="q1", doc_ids=[["d1"], None])]
-    lp = _write(tmp_path / "logs.jsonl", logs, fastread.QuestionLog)
+    lp = _write(tmp_path / "logs.jsonl", logs, L.QuestionLogStruct)
     nli = []
     for d in logs:
         log = L.QuestionLog.model_validate(d)
@@ -95,11 +109,12 @@ def test_canonical_valid_files_are_accepted(tmp_path: Path) -> None:
             voters = [i for i, c in enumerate(rnd.candidates) if c.answer == L.modal_answer(rnd)]
             nli.append(make_nli([f"claim {i}." for i in voters], candidates=voters, qid=log.qid, round=rnd.round,
                                 dataset=log.dataset, backbone=log.backbone))
-    np_ = _write(tmp_path / "nli.jsonl.gz", nli, fastread.NLIRecord)
-    got = fastread.read_cell(lp, np_)
-    assert got is not None
-    strict_logs = L.read_logs(lp)
-    strict_nli = L.read_nli(np_, logs=strict_logs)
+    np_ = _write(tmp_path / "nli.jsonl.gz", nli, L.NLIRecordStruct)
+    got = L.read_logs(lp), L.read_nli(np_)
+    assert type(got[0][0]) is L.QuestionLogStruct and type(got[1][0]) is L.NLIRecordStruct
+    strict_logs = _strict(L.QuestionLog, lp)
+    strict_nli = _strict(L.NLIRecord, np_)
+    assert type(strict_logs[0]) is L.QuestionLog and got[0] == strict_logs
     assert _csv(F.feature_table(*got)) == _csv(F.feature_table(strict_logs, strict_nli))
 
 
@@ -107,17 +122,25 @@ LOG_CASES = [c for c in CASES if c.reader in ("logs", "nli")]
 
 
 @pytest.mark.parametrize("case", LOG_CASES, ids=lambda c: c.name)
-def test_every_malformed_case_is_declined(tmp_path: Path, case: Case) -> None:
+def test_every_malformed_case_is_declined_and_named(tmp_path: Path, case: Case) -> None:
     if case.reader == "logs":
-        path = _write(tmp_path / case.filename, case.lines, fastread.QuestionLog, case)
-        assert fastread.read_cell(path) is None
+        path = _write(tmp_path / case.filename, case.lines, L.QuestionLogStruct, case)
+        assert _fast_logs(path) is None
+        with pytest.raises(L.LogFormatError) as info:
+            L.read_logs(path)
     else:
         logs = case.logs if case.logs is not None else [GOOD]
-        lp = _write(tmp_path / "logs.jsonl", logs, fastread.QuestionLog)
+        lp = _write(tmp_path / "logs.jsonl", logs, L.QuestionLogStruct)
         if case.logs is not None:
-            assert fastread.read_cell(lp) is not None  # the logs alone are fine
-        path = _write(tmp_path / case.filename, case.lines, fastread.NLIRecord, case)
-        assert fastread.read_cell(lp, path) is None
+            assert _fast_logs(lp) is not None  # the logs alone are fine
+        path = _write(tmp_path / case.filename, case.lines, L.NLIRecordStruct, case)
+        if case.logs is None:  # a fault of the NLI file itself (the cross-file ones are checked after reading)
+            assert _fast_nli(path) is None
+        with pytest.raises(L.LogFormatError) as info:
+            L.read_nli(path, logs=L.read_logs(lp) if case.logs is not None else None)
+    err = info.value
+    assert (Path(err.path).name, err.line, err.field) == (case.filename, case.line, case.field)
+    assert case.reason in err.reason, str(err)
 
 
 def _csv(df: pd.DataFrame) -> bytes:
@@ -129,11 +152,12 @@ def _csv(df: pd.DataFrame) -> bytes:
 def test_release_cell_is_read_fast_with_the_strict_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROBEGUARD_CACHE", "0")
     cell = load_release(RELEASE, verify=False).cell("medqa", role="augment")
-    fast = fastread.read_cell(cell.file("logs"), cell.file("nli"))
-    assert fast is not None, "files written by write_jsonl must take the fast path"
-    assert len(fast[0]) == len(cell.logs) and len(fast[1]) == len(cell.nli)
-    assert _csv(load_release(RELEASE, verify=False).cell("medqa", role="augment").features()) == _csv(
-        F.feature_table(cell.logs, cell.nli))
+    fast = _fast_logs(cell.file("logs")), _fast_nli(cell.file("nli"))
+    assert fast[0] is not None and fast[1] is not None, "files written by write_jsonl must take the fast path"
+    assert cell.logs == fast[0] and cell.nli == fast[1]
+    strict = _strict(L.QuestionLog, cell.file("logs")), _strict(L.NLIRecord, cell.file("nli"))
+    assert fast[0] == strict[0]
+    assert _csv(cell.features()) == _csv(F.feature_table(*strict))
 
 
 def test_pilot_marker_is_read_fast_when_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,15 +167,15 @@ def test_pilot_marker_is_read_fast_when_last(tmp_path: Path, monkeypatch: pytest
     cell = load_release(RELEASE, verify=False).cell("medqa", "Qwen/Qwen3-8B")
     first = json.loads(gzip.decompress(cell.file("logs").read_bytes()).split(b"\n")[0])
     assert list(first)[-1] == "probe_pilot"
-    fast = fastread.read_cell(cell.file("logs"), cell.file("nli"))
-    assert fast is not None and len(fast[0]) == len(cell.logs)
-    assert _csv(F.feature_table(*fast)) == _csv(F.feature_table(cell.logs, cell.nli))
+    fast = _fast_logs(cell.file("logs")), _fast_nli(cell.file("nli"))
+    assert fast[0] is not None and fast[1] is not None and fast[0] == _strict(L.QuestionLog, cell.file("logs"))
+    assert _csv(F.feature_table(*fast)) == _csv(F.feature_table(_strict(L.QuestionLog, cell.file("logs")), cell.nli))
     moved = {"probe_pilot": True, **{k: v for k, v in GOOD.items() if k != "probe_pilot"}}
-    for bad in (json.dumps(moved, separators=(",", ":")), _line({**GOOD, "probe_pilot": "yes"}, fastread.QuestionLog)):
-        path = _write(tmp_path / "logs.jsonl", [bad], fastread.QuestionLog)
-        assert fastread.read_cell(path) is None
-    ok = _write(tmp_path / "ok.jsonl", [{**GOOD, "probe_pilot": False}], fastread.QuestionLog)
-    assert fastread.read_cell(ok) is not None and L.read_logs(ok)[0].probe_pilot is False
+    for bad in (json.dumps(moved, separators=(",", ":")), _line({**GOOD, "probe_pilot": "yes"}, L.QuestionLogStruct)):
+        path = _write(tmp_path / "logs.jsonl", [bad], L.QuestionLogStruct)
+        assert _fast_logs(path) is None
+    ok = _write(tmp_path / "ok.jsonl", [{**GOOD, "probe_pilot": False}], L.QuestionLogStruct)
+    assert _fast_logs(ok) is not None and L.read_logs(ok)[0].probe_pilot is False
 
 
 def _release_copy(tmp_path: Path) -> Path:
@@ -184,7 +208,7 @@ def test_cell_features_errors_are_the_strict_readers(defect: str, tmp_path: Path
         lines[2] = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode()
     data = b"\n".join(lines)
     path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
-    assert fastread.read_cell(cell.file("logs"), cell.file("nli")) is None
+    assert (_fast_nli if kind == "nli" else _fast_logs)(path) is None
     fresh = load_release(rel, verify=False).cell("medqa", role="augment")
     if defect == "extra_field":
         assert _csv(fresh.features()) == _csv(F.feature_table(L.read_logs(cell.file("logs")), cell.nli))
