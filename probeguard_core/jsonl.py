@@ -44,6 +44,7 @@ __all__ = [
     "iter_jsonl",
     "loc_to_field",
     "raw_lines",
+    "read_document",
     "read_limits",
 ]
 
@@ -180,6 +181,24 @@ def raw_lines(p: Path) -> Iterator[tuple[int, bytes]]:
         raise LogFormatError(p, None, None, "file does not exist") from None
     except OSError as exc:
         raise LogFormatError(p, None, None, f"cannot read file: {exc}") from None
+
+
+def read_document(p: Path) -> bytes:
+    """A whole JSON document (a questions file, ``.json`` or ``.json.gz``), decompressed, bounded
+    like one line (:func:`read_limits`): a longer document is refused before it is held."""
+    max_bytes = _LIMITS.get()[0]
+    try:
+        with gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise LogFormatError(p, None, None, "file does not exist") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise LogFormatError(p, None, None, f"truncated or corrupt gzip data: {exc}") from None
+    except OSError as exc:
+        raise LogFormatError(p, None, None, f"cannot read file: {exc}") from None
+    if len(data) > max_bytes:
+        raise LogFormatError(p, None, None, f"document longer than {max_bytes} bytes after decompression (the limit)")
+    return data
 
 
 def _parse_strict(p: Path, n: int, text: str) -> Any:

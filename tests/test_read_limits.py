@@ -58,6 +58,22 @@ def test_gzip_bomb_fails_in_bounded_memory(tmp_path: Path, command: list[str]) -
     assert not (tmp_path / "out").exists()  # no partial output
 
 
+def test_questions_document_bomb_fails_in_bounded_memory(tmp_path: Path) -> None:
+    """``convert ma-rag --questions`` reads a whole JSON document: bounded like a line."""
+    member = gzip.compress(b" " * 2**24, mtime=0)  # 3 GiB of white space inside one JSON document
+    with open(tmp_path / "questions.json.gz", "wb") as fh:
+        fh.write(gzip.compress(b'{"medqa": ', mtime=0))
+        for _ in range(3 * 64):
+            fh.write(member)
+    (tmp_path / "tree").mkdir()
+    got = _run_bounded(["convert", "ma-rag", "--tree", "tree", "--questions", "questions.json.gz", "--dataset", "medqa",
+                        "--backbone", "b", "--out", "logs.jsonl"], tmp_path)
+    assert got.returncode == 2, got.stderr[-2000:]
+    assert got.stderr.strip().splitlines() == [f"probeguard convert: error: questions.json.gz: <record>: document longer "
+                                               f"than {J.MAX_LINE_BYTES} bytes after decompression (the limit)"]
+    assert not (tmp_path / "logs.jsonl").exists()
+
+
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
     return path

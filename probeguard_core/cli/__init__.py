@@ -84,8 +84,8 @@ def _add_read_limits(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("read limits")
     g.add_argument("--max-line-bytes", type=byte_size, default=None, metavar="N",
-                   help=f"refuse an artifact line longer than N bytes after gunzip (default {MAX_LINE_BYTES // 2**20}M; "
-                        "a gzip bomb fails within this bound)")
+                   help=f"refuse an artifact line, or a whole .json[.gz] questions document, longer than N "
+                        f"bytes after gunzip (default {MAX_LINE_BYTES // 2**20}M; a gzip bomb fails within this bound)")
     g.add_argument("--max-file-bytes", type=byte_size, default=None, metavar="N",
                    help=f"refuse an artifact file longer than N bytes after gunzip (default {MAX_FILE_BYTES // 2**30}G)")
 
@@ -106,9 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
-    for command in sub.choices.values():
+    for command in _leaves(parser):
         _add_read_limits(command)
     return parser
+
+
+def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers that run a command (``validate``, ``convert ma-rag``, ...): those without sub-commands."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    return [leaf for a in subs for child in a.choices.values() for leaf in _leaves(child)] if subs else [p]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
