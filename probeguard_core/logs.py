@@ -81,6 +81,7 @@ __all__ = [
     "check_options",
     "check_probe_consensus",
     "consensus_problem",
+    "json_line",
     "doc_ids_problem",
     "log_problem",
     "logprob_problem",
@@ -768,9 +769,12 @@ def check_nli_against_logs(
 # Writing
 # --------------------------------------------------------------------------------------------
 
-def _dump(rec: BaseModel | _StructRecord | dict[str, Any]) -> str:
+def json_line(rec: BaseModel | _StructRecord | dict[str, Any]) -> str:
+    """A record (a model, a derived struct or a plain dict) as one artifact line, ``\\n`` included:
+    compact JSON, UTF-8 as is, NaN / Infinity refused (``ValueError``).  The one line format of
+    :func:`write_jsonl` and of the pipeline's append-only run files."""
     obj = rec.model_dump(mode="json") if isinstance(rec, (BaseModel, _StructRecord)) else rec
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
 def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | _StructRecord | dict[str, Any]]) -> Path:
@@ -786,8 +790,8 @@ def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | _Str
         if p.name.endswith(".gz"):
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
                 for rec in records:
-                    gz.write((_dump(rec) + "\n").encode("utf-8"))
+                    gz.write(json_line(rec).encode("utf-8"))
         else:
             for rec in records:
-                raw.write((_dump(rec) + "\n").encode("utf-8"))
+                raw.write(json_line(rec).encode("utf-8"))
     return p

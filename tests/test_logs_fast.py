@@ -220,3 +220,24 @@ def test_cell_features_errors_are_the_strict_readers(defect: str, tmp_path: Path
         fresh.features()
     assert str(got.value) == str(strict.value)
     assert (got.value.line, got.value.field) == (strict.value.line, strict.value.field) == (3, strict.value.field)
+
+
+def test_fast_records_write_back_byte_for_byte(tmp_path: Path) -> None:
+    """The derived structs are written as the models are: read + write_jsonl gives the shipped bytes
+    (the MedQA / Qwen3-8B cell ends every line with ``probe_pilot``), and ``model_dump`` /
+    ``model_copy`` / ``model_extra`` answer as the models' do."""
+    cell = load_release(RELEASE, verify=False).cell("medqa", "Qwen/Qwen3-8B")
+    for kind, read in (("logs", L.read_logs), ("nli", L.read_nli)):
+        src = cell.file(kind)
+        recs = read(src)
+        assert type(recs[0]).__name__.endswith("Struct")
+        out = L.write_jsonl(tmp_path / src.name, recs)
+        assert gzip.decompress(out.read_bytes()) == gzip.decompress(src.read_bytes())
+    logs = L.read_logs(cell.file("logs"))
+    strict = _strict(L.QuestionLog, cell.file("logs"))
+    assert [x.model_dump(mode="json") for x in logs[:50]] == [x.model_dump(mode="json") for x in strict[:50]]
+    assert logs[0].model_dump(exclude={"cost", "rounds"}) == strict[0].model_dump(exclude={"cost", "rounds"})
+    assert logs[0].model_extra == {} and strict[0].model_extra == {"probe_pilot": strict[0].probe_pilot}
+    moved = logs[0].model_copy(update={"specialty": "dermatology"})
+    assert moved.specialty == "dermatology" and logs[0].specialty != "dermatology" and moved != logs[0]
+    assert L.json_line(logs[1]) == L.json_line(strict[1])
