@@ -451,7 +451,7 @@ class _StructRecord(msgspec.Struct, gc=False):
 
     def model_dump(self, mode: str = "python", exclude: set[str] | None = None) -> dict[str, Any]:
         """The record as plain values, as :meth:`pydantic.BaseModel.model_dump` gives them."""
-        out = msgspec.to_builtins(self)
+        out = msgspec.to_builtins(self, enc_hook=_model_builtins)
         for name in exclude or ():
             out.pop(name, None)
         return out
@@ -469,6 +469,13 @@ class _StructRecord(msgspec.Struct, gc=False):
         return msgspec.structs.astuple(self) == msgspec.structs.astuple(other)  # type: ignore[arg-type]
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as the pydantic models
+
+
+def _model_builtins(obj: Any) -> Any:
+    """A pydantic record placed inside a struct (``model_copy(update={"cost": Cost(...)})``)."""
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    raise TypeError(f"cannot write a {type(obj).__name__} in a record")
 
 
 def _meta(items: Iterable[Any]) -> list[Any]:

@@ -241,3 +241,5 @@ def test_fast_records_write_back_byte_for_byte(tmp_path: Path) -> None:
     moved = logs[0].model_copy(update={"specialty": "dermatology"})
     assert moved.specialty == "dermatology" and logs[0].specialty != "dermatology" and moved != logs[0]
     assert L.json_line(logs[1]) == L.json_line(strict[1])
+    cost = L.Cost(wall_s=1.5, completion_tokens=7)  # a model inside a struct (pipeline.real_release merges costs so)
+    assert L.json_line(logs[1].model_copy(update={"cost": cost})) == L.json_line(strict[1].model_copy(update={"cost": cost}))
