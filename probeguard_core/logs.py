@@ -11,7 +11,7 @@ Nothing is repaired, defaulted or dropped: the first malformed record raises
 ``logs.jsonl:3: rounds[1].candidates[2].logprob: Input should be a finite number (got nan)``).
 
 Reading is fast for every caller (issue 24): each model has a msgspec struct derived from it
-(:func:`_struct_of`, never written by hand), and :func:`read_records` first decodes the whole
+(:func:`probeguard_core.structs.struct_of`, never written by hand), and :func:`read_records` first decodes the whole
 file into these structs, requiring every line to re-encode to its own bytes and every rule to
 hold; only when that declines (an error, or a legal file in another spelling or with extra
 fields) are the lines validated by the pydantic models, which name the error or return the
@@ -33,28 +33,25 @@ import json
 import operator
 import os
 import re
-import types
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar
 
-import annotated_types
 import msgspec
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    Strict,
     StrictInt,
     StrictStr,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 
 from probeguard_core.jsonl import LogFormatError, gc_paused, iter_jsonl, loc_to_field, raw_lines
+from probeguard_core.structs import StructRecord, struct_of
 
 SCHEMA_VERSION = 1
 OPTION_KEY = re.compile(r"^[A-Z]\Z")
@@ -441,108 +438,13 @@ class NLIRecord(_Versioned):
 # The records as msgspec structs, derived from the models above (never written a second time)
 # --------------------------------------------------------------------------------------------
 
-class _StructRecord(msgspec.Struct, gc=False):
-    """Base of the derived structs: the pydantic calls that callers make on a read record."""
-
-    @property
-    def model_extra(self) -> dict[str, Any]:
-        """Always empty: a line with a field beyond DESIGN's is read as the pydantic model."""
-        return {}
-
-    def model_dump(self, mode: str = "python", exclude: set[str] | None = None) -> dict[str, Any]:
-        """The record as plain values, as :meth:`pydantic.BaseModel.model_dump` gives them."""
-        out = msgspec.to_builtins(self, enc_hook=_model_builtins)
-        for name in exclude or ():
-            out.pop(name, None)
-        return out
-
-    def model_copy(self, update: dict[str, Any] | None = None) -> Any:
-        """A copy with ``update`` applied (not validated, as in pydantic)."""
-        return msgspec.structs.replace(self, **(update or {}))
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to its pydantic model when both hold the same values (and no extra field)."""
-        if isinstance(other, BaseModel):
-            return type(self) is _STRUCTS.get(type(other)) and self.model_dump() == other.model_dump()
-        if type(other) is not type(self):
-            return NotImplemented
-        return msgspec.structs.astuple(self) == msgspec.structs.astuple(other)  # type: ignore[arg-type]
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as the pydantic models
-
-
-def _model_builtins(obj: Any) -> Any:
-    """A pydantic record placed inside a struct (``model_copy(update={"cost": Cost(...)})``)."""
-    if isinstance(obj, BaseModel):
-        return obj.model_dump(mode="json")
-    raise TypeError(f"cannot write a {type(obj).__name__} in a record")
-
-
-def _meta(items: Iterable[Any]) -> list[Any]:
-    """msgspec constraints for pydantic's field metadata (an unknown constraint stops the import)."""
-    kw: dict[str, Any] = {}
-    for m in items:
-        if isinstance(m, FieldInfo):
-            return _meta(m.metadata)
-        if isinstance(m, annotated_types.Ge):
-            kw["ge"] = m.ge
-        elif isinstance(m, annotated_types.Le):
-            kw["le"] = m.le
-        elif isinstance(m, annotated_types.MinLen):
-            kw["min_length"] = m.min_length
-        elif isinstance(m, annotated_types.MaxLen):
-            kw["max_length"] = m.max_length
-        elif not (isinstance(m, Strict) or getattr(m, "allow_inf_nan", None) is False):
-            # strict types and finite numbers are msgspec's JSON behaviour (and the re-encoding check)
-            raise TypeError(f"no msgspec equivalent for the constraint {m!r}")
-    return [msgspec.Meta(**kw)] if kw else []
-
-
-def _struct_type(tp: Any, metadata: Iterable[Any] = ()) -> Any:
-    """The msgspec type of a pydantic annotation (nested models become their derived structs)."""
-    origin, args = get_origin(tp), get_args(tp)
-    if origin is Annotated:
-        return _struct_type(args[0], [*args[1:], *metadata])
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        base = _struct_of(tp)
-    elif origin in (Union, types.UnionType):
-        base = Union[tuple(_struct_type(a) for a in args)]  # noqa: UP007 (a runtime-built union)
-    elif origin in (list, dict):
-        base = origin[tuple(_struct_type(a) for a in args)]
-    elif origin is Literal or tp in (str, int, float, bool, type(None)):
-        base = tp
-    else:
-        raise TypeError(f"no msgspec equivalent for the type {tp!r}")
-    meta = _meta(metadata)
-    return Annotated[base, *meta] if meta else base
-
-
-_STRUCTS: dict[type[BaseModel], type[_StructRecord]] = {}
-
-
-def _struct_of(model: type[BaseModel]) -> type[_StructRecord]:
-    """The msgspec struct with ``model``'s fields, in order, types and bounds (QuestionLog adds
-    DESIGN 2.1's optional ``probe_pilot`` last, left out of the encoding when absent).  The
-    model's own rules are not constraints here: the fast read applies them by calling the rule
-    functions above."""
-    if model not in _STRUCTS:
-        fields: list[Any] = []
-        for name, info in model.model_fields.items():
-            tp = _struct_type(info.annotation, info.metadata)
-            fields.append((name, tp) if info.is_required() else (name, tp, info.default))
-        if model.__name__ == "QuestionLog":
-            fields.append(("probe_pilot", bool | None, None))
-        _STRUCTS[model] = msgspec.defstruct(f"{model.__name__}Struct", fields, bases=(_StructRecord,), module=__name__,
-                                            gc=False, omit_defaults=True)
-    return _STRUCTS[model]
-
-
-QuestionLogStruct = _struct_of(QuestionLog)
-NLIRecordStruct = _struct_of(NLIRecord)
-CandidateStruct = _struct_of(Candidate)
-RoundStruct = _struct_of(Round)
-RetrievalStruct = _struct_of(Retrieval)
-CostStruct = _struct_of(Cost)
+#: DESIGN 2.1's one optional field (§5.2's pilot marker), last; absent = None, left out of the encoding.
+QuestionLogStruct = struct_of(QuestionLog, __name__, extra=[("probe_pilot", bool | None, None)])
+NLIRecordStruct = struct_of(NLIRecord, __name__)
+CandidateStruct = struct_of(Candidate, __name__)
+RoundStruct = struct_of(Round, __name__)
+RetrievalStruct = struct_of(Retrieval, __name__)
+CostStruct = struct_of(Cost, __name__)
 #: What a reader returns for a log: the pydantic model, or its struct when the fast read accepted the file.
 LOG_TYPES: tuple[type, ...] = (QuestionLog, QuestionLogStruct)
 
@@ -776,15 +678,15 @@ def check_nli_against_logs(
 # Writing
 # --------------------------------------------------------------------------------------------
 
-def json_line(rec: BaseModel | _StructRecord | dict[str, Any]) -> str:
+def json_line(rec: BaseModel | StructRecord | dict[str, Any]) -> str:
     """A record (a model, a derived struct or a plain dict) as one artifact line, ``\\n`` included:
     compact JSON, UTF-8 as is, NaN / Infinity refused (``ValueError``).  The one line format of
     :func:`write_jsonl` and of the pipeline's append-only run files."""
-    obj = rec.model_dump(mode="json") if isinstance(rec, (BaseModel, _StructRecord)) else rec
+    obj = rec.model_dump(mode="json") if isinstance(rec, (BaseModel, StructRecord)) else rec
     return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | _StructRecord | dict[str, Any]]) -> Path:
+def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | StructRecord | dict[str, Any]]) -> Path:
     """Write records atomically (:func:`probeguard_core.fileio.atomic_open`); ``.gz`` paths are compressed.
 
     Output is byte-reproducible (compact JSON, no gzip timestamp or file name); NaN/inf
