@@ -129,6 +129,13 @@ def _raise_if(reason: str | None, value: _T) -> _T:
     return value
 
 
+def _raise_broken(problem: _Broken, record: _T) -> _T:
+    """A model validator's body: raise the broken rule at its field (:class:`_FieldError`), else pass."""
+    if problem:
+        raise _FieldError(*problem)
+    return record
+
+
 def version_problem(v: int) -> str | None:
     """Every record: ``schema_version`` is 1 (DESIGN 2)."""
     return None if v == SCHEMA_VERSION else f"unsupported schema_version {v}; this reader understands {SCHEMA_VERSION}"
@@ -357,9 +364,7 @@ class QuestionLog(_Versioned):
 
     @model_validator(mode="after")
     def _consistency(self) -> QuestionLog:
-        problem = log_problem(self)
-        if problem:
-            raise _FieldError(*problem)
+        _raise_broken(log_problem(self), self)
         if not isinstance(self.probe_pilot, (bool, type(None))):  # optional field, DESIGN 2.1
             raise _FieldError("probe_pilot", f"expected true or false, got {self.probe_pilot!r}")
         return self
@@ -398,10 +403,7 @@ class ProbeRecord(_Versioned):
 
     @model_validator(mode="after")
     def _arm_rules(self) -> ProbeRecord:
-        problem = probe_problem(self)
-        if problem:
-            raise _FieldError(*problem)
-        return self
+        return _raise_broken(probe_problem(self), self)
 
 
 class SelfReport(_Versioned):
@@ -428,10 +430,7 @@ class NLIRecord(_Versioned):
 
     @model_validator(mode="after")
     def _matrix(self) -> NLIRecord:
-        problem = nli_problem(self)
-        if problem:
-            raise _FieldError(*problem)
-        return self
+        return _raise_broken(nli_problem(self), self)
 
 
 # --------------------------------------------------------------------------------------------
