@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from helpers import make_log, make_nli
 from test_logs_malformed import CASES, GOOD, Case
 
@@ -243,3 +245,66 @@ def test_fast_records_write_back_byte_for_byte(tmp_path: Path) -> None:
     assert L.json_line(logs[1]) == L.json_line(strict[1])
     cost = L.Cost(wall_s=1.5, completion_tokens=7)  # a model inside a struct (pipeline.real_release merges costs so)
     assert L.json_line(logs[1].model_copy(update={"cost": cost})) == L.json_line(strict[1].model_copy(update={"cost": cost}))
+
+
+def _paths(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every location inside a parsed record (keys and list indices), the record itself excluded."""
+    out: list[tuple[Any, ...]] = []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        out.append((*at, k))
+        out.extend(_paths(v, (*at, k)))
+    return out
+
+
+_JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-3, 10), st.floats(-2.0, 2.0, allow_nan=False),
+                       st.sampled_from(["", "A", "B", "Z", "AB", "d1", "x"]))
+_JSON = st.recursive(_JSON_LEAF, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                          st.dictionaries(st.sampled_from(["A", "B", "x"]), inner, max_size=2)),
+                     max_leaves=4)
+_BASES = {"logs": [make_log([["A", "B", "C"], ["A", "A", "B"]], qid="q1", doc_ids=[["d1"], None],
+                            cost={"wall_s": 1.5, "completion_tokens": 3})],
+          "nli": [make_nli(["a.", "b."], candidates=[0, 2], entailment=[[1.0, 0.25], [0.5, 1.0]])]}
+
+
+def _like(old: Any) -> st.SearchStrategy[Any]:
+    """A value of the same JSON type as ``old`` (most such changes keep the record valid)."""
+    if isinstance(old, bool) or old is None:
+        return st.sampled_from([True, False, None])
+    if isinstance(old, int):
+        return st.integers(-1, 9)
+    if isinstance(old, float):
+        return st.floats(-3.0, 3.0, allow_nan=False)
+    if isinstance(old, str):
+        return st.sampled_from(["A", "B", "C", "Z", "", "d1", "d2", "q1", "other text", "é"])
+    return _JSON
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(["logs", "nli"]), data=st.data(), value=_JSON, how=st.sampled_from(["any", "like", "delete"]))
+def test_fast_read_accepts_only_what_the_models_accept(tmp_path: Path, kind: str, data: st.DataObject, value: Any,
+                                                        how: str) -> None:
+    """One random change anywhere in a canonical record (a value replaced by any JSON or by one of
+    its own type, or a key or list item removed): whenever the fast read accepts the file, the
+    models accept it with equal records; whenever the models refuse it, the fast read declines it."""
+    model, struct, keys = ((L.QuestionLog, L.QuestionLogStruct, ("qid",)) if kind == "logs"
+                           else (L.NLIRecord, L.NLIRecordStruct, ("qid", "round")))
+    rec = json.loads(json.dumps(_BASES[kind][0]))
+    where = data.draw(st.sampled_from(_paths(rec)))
+    parent = rec
+    for k in where[:-1]:
+        parent = parent[k]
+    if how == "delete":
+        del parent[where[-1]]
+    else:
+        parent[where[-1]] = value if how == "any" else data.draw(_like(parent[where[-1]]))
+    path = _write(tmp_path / f"{kind}.jsonl", [rec], struct)
+    fast = L._read_fast(model, path, keys)
+    try:
+        strict = _strict(model, path)
+    except L.LogFormatError:
+        assert fast is None, (where, how, rec)
+        return
+    if fast is not None:
+        assert fast == strict
+        assert [L.json_line(r) for r in fast] == [L.json_line(r) for r in strict]
