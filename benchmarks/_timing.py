@@ -18,8 +18,10 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
-def timed_side_by_side(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, tuple[float, Any]]:
-    """``{name: (median seconds, last result)}``, the routes run in turn within each repeat.
+def timed_side_by_side(fns: dict[str, Callable[[], Any]], repeats: int,
+                       stat: Callable[[list[float]], float] = statistics.median) -> dict[str, tuple[float, Any]]:
+    """``{name: (median seconds, last result)}``, the routes run in turn within each repeat
+    (``stat=min``: the best time of each route instead of the median).
 
     Interleaving puts every route under the same load (the shared machine's load drifts
     within a run, which otherwise lands on whichever route ran during a busy stretch).
@@ -31,4 +33,4 @@ def timed_side_by_side(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[
             t0 = time.perf_counter()
             out[name] = fn()
             times[name].append(time.perf_counter() - t0)
-    return {k: (statistics.median(v), out[k]) for k, v in times.items()}
+    return {k: (stat(v), out[k]) for k, v in times.items()}

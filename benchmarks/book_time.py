@@ -12,7 +12,7 @@ inside the kernel:
 * ``imports``: time spent in ``import`` statements (outermost ones; lazy imports inside
   functions count here too),
 * ``reading``: time spent in the release readers (``load_release`` with its sha256 checks,
-  ``logs.read_records`` behind every ``read_*``, ``fastread.read_cell``), outside imports,
+  ``logs.read_records`` behind every ``read_*``), outside imports,
 * ``compute``: the rest of the kernel's time up to its last cell;
 
 ``start`` is the notebook's wall time minus the kernel's own time (process start, IPython,
@@ -43,8 +43,7 @@ def _pg_install():
     t0 = time.perf_counter()
     acc = {"imports": 0.0, "reading": 0.0}
     state = {"depth": 0, "reading": 0, "patched": set()}
-    readers = {"probeguard_core.logs": ("read_records",), "probeguard_core.release": ("load_release",),
-               "probeguard_core.fastread": ("read_cell",)}
+    readers = {"probeguard_core.logs": ("read_records",), "probeguard_core.release": ("load_release",)}
     real_import = builtins.__import__
 
     def timed_reader(fn):

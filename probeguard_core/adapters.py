@@ -40,7 +40,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from tqdm.auto import tqdm
 
-from probeguard_core.logs import CUT_SHORT, LogFormatError, QuestionLog, iter_jsonl, validate_record
+from probeguard_core.jsonl import LogFormatError, iter_jsonl
+from probeguard_core.logs import CUT_SHORT, QuestionLog, validate_record
 from probeguard_core.questions import Question
 
 __all__ = ["convert_ma_rag_tree", "convert_ma_rag_question"]

@@ -48,7 +48,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from probeguard_core.logs import NLIRecord, QuestionLog, Round
+from probeguard_core.jsonl import gc_paused
+from probeguard_core.logs import LOG_TYPES, NLIRecord, QuestionLog, Round
 from probeguard_core.rse import hard_semantic_entropy, nli_scores, rationale_semantic_entropy
 
 __all__ = [
@@ -464,18 +465,10 @@ def _nli_for_loop(known: list[tuple[str, int, NLIRecord]], by_qid: Mapping[str, 
     return out
 
 
-def _log_types() -> tuple[type, ...]:
-    """QuestionLog, and the validated structs of :mod:`probeguard_core.fastread` (same fields)."""
-    from probeguard_core import fastread
-
-    return (QuestionLog, fastread.QuestionLog) if fastread.available() else (QuestionLog,)
-
-
 def _check_unique(logs: Sequence[QuestionLog]) -> None:
     seen: set[str] = set()
-    types = _log_types()
     for i, log in enumerate(logs):
-        if not isinstance(log, types):
+        if not isinstance(log, LOG_TYPES):
             raise ValueError(f"logs[{i}]: expected a QuestionLog, got {type(log).__name__}")
         if log.qid in seen:
             raise ValueError(f"logs[{i}]: duplicate qid {log.qid!r}")
@@ -711,7 +704,8 @@ def feature_table(
     names = [s.name for s in specs]
     if not logs:
         return pd.DataFrame({n: pd.Series([], dtype=float) for n in names}, index=pd.Index([], name="qid", dtype=object))
-    b = _build_base(logs, nli)
+    with gc_paused():  # tens of thousands of per-round series, none in a reference cycle
+        b = _build_base(logs, nli)
     cols: dict[str, np.ndarray] = {}
     for spec in specs:
         if spec.aggregation == "special":

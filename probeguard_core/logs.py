@@ -1,41 +1,44 @@
-"""Typed records and strict readers/writers for the artifacts of DESIGN section 2.
+"""Typed records and their strict readers for the artifacts of DESIGN section 2.1-2.4.
 
-Every artifact is JSON Lines (optionally gzip-compressed), one object per line, with
-``"schema_version": 1``.  Unknown extra fields are kept (``model_extra``) and written back.
+The records are the paper's execution log (Section 3, DESIGN 2.1), the counter-evidence
+probe (Eq. 4, Algorithm 1, DESIGN 2.2), the self-report baselines (Section 4.1, DESIGN 2.3)
+and the NLI cache behind rationale semantic entropy (Eq. 3, Appendix C, DESIGN 2.4).  Each
+record type is defined once, as a pydantic model (its fields, types and bounds); each rule
+across fields once, as a plain function (:func:`log_problem`, :func:`nli_problem`, ...) that the
+models' validators call.  Unknown extra fields are kept (``model_extra``) and written back.
 Nothing is repaired, defaulted or dropped: the first malformed record raises
 :class:`LogFormatError` naming ``file:line: field: reason`` (for example
 ``logs.jsonl:3: rounds[1].candidates[2].logprob: Input should be a finite number (got nan)``).
 
-The records are the paper's execution log (Section 3, DESIGN 2.1), the counter-evidence
-probe (Eq. 4, Algorithm 1, DESIGN 2.2), the self-report baselines (Section 4.1, DESIGN 2.3)
-and the NLI cache behind rationale semantic entropy (Eq. 3, Appendix C, DESIGN 2.4).
+Reading is fast for every caller (issue 24): each model has a msgspec struct derived from it
+(:func:`probeguard_core.structs.struct_of`, never written by hand), and :func:`read_records` first decodes the whole
+file into these structs, requiring every line to re-encode to its own bytes and every rule to
+hold; only when that declines (an error, or a legal file in another spelling or with extra
+fields) are the lines validated by the pydantic models, which name the error or return the
+models.  So ``read_logs`` / ``read_nli`` return the derived structs for the files that
+:func:`write_jsonl` writes: same fields, same values, equal (``==``) to the models, with
+``model_dump`` / ``model_copy`` / ``model_extra``.  The lines of a file are read by
+:mod:`probeguard_core.jsonl` (duplicate keys, NaN, bounded line and file sizes).
 
 Public API (DESIGN 4): :func:`read_logs`, :func:`read_probe`, :func:`read_nli`,
 :func:`read_self_report`, :class:`LogFormatError`; plus :func:`write_jsonl` (atomic writer),
-:func:`iter_jsonl`, :func:`loc_to_field` (the one pydantic-location -> field-name mapper),
-:func:`validate_record`, and the cross-file checks :func:`check_probe_consensus` and
-:func:`check_nli_against_logs`.
+:func:`validate_record`, :data:`LOG_TYPES`, and the cross-file checks
+:func:`check_probe_consensus` and :func:`check_nli_against_logs`.
 """
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
-import math
+import operator
 import os
 import re
-import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-try:  # the fast JSON path of the strict readers; without it the stdlib path gives the same results
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - orjson is a pinned dependency
-    _orjson = None  # type: ignore[assignment]
+import msgspec
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -47,17 +50,20 @@ from pydantic import (
     model_validator,
 )
 
+from probeguard_core.jsonl import LogFormatError, gc_paused, iter_jsonl, loc_to_field, raw_lines
+from probeguard_core.structs import StructRecord, struct_of
+
 SCHEMA_VERSION = 1
 OPTION_KEY = re.compile(r"^[A-Z]\Z")
 ARMS = ("counter_evidence", "instruction_only", "irrelevant_docs", "neutral_instruction")
 MAX_PROBE_DOCS = 8
-_GZIP_MAGIC = b"\x1f\x8b"
 #: Start of the reason given for a log whose last round is contested below ``max_rounds``.
 CUT_SHORT = "log is cut short"
 
 __all__ = [
     "ARMS",
     "CUT_SHORT",
+    "LOG_TYPES",
     "Candidate",
     "Cost",
     "LogFormatError",
@@ -71,37 +77,24 @@ __all__ = [
     "check_nli_against_logs",
     "check_options",
     "check_probe_consensus",
-    "gc_paused",
-    "iter_jsonl",
-    "loc_to_field",
+    "consensus_problem",
+    "json_line",
+    "doc_ids_problem",
+    "log_problem",
+    "logprob_problem",
     "modal_answer",
+    "nli_problem",
+    "options_problem",
+    "probe_problem",
     "read_logs",
     "read_nli",
     "read_probe",
     "read_records",
     "read_self_report",
     "validate_record",
+    "version_problem",
     "write_jsonl",
 ]
-
-
-class LogFormatError(ValueError):
-    """A malformed artifact: carries ``path``, ``line`` (1-based, None for file-level) and ``field``.
-
-    ``str(err)`` is ``file:line: field: reason`` (``file: field: reason`` without a line;
-    ``<record>`` stands for the field when the whole line or file is at fault).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], line: int | None, field: str | None, reason: str):
-        self.path = str(path)
-        self.line = line
-        self.field = field
-        self.reason = reason
-        where = self.path if line is None else f"{self.path}:{line}"
-        super().__init__(f"{where}: {field or '<record>'}: {reason}")
-
-    def __reduce__(self) -> tuple[Any, ...]:  # picklable across worker processes
-        return (type(self), (self.path, self.line, self.field, self.reason))
 
 
 class _FieldError(ValueError):
@@ -115,6 +108,140 @@ class _FieldError(ValueError):
         self.loc: tuple[str | int, ...] = loc if isinstance(loc, tuple) else (loc,)
         self.reason = reason
         super().__init__(reason)
+
+
+# --------------------------------------------------------------------------------------------
+# Rules: each written once, as a plain function of a record's fields.  The pydantic validators
+# below call them (raising the reason, which pydantic places at the field), and so does the
+# fast read (:func:`_fast_problem`), which reads the same attributes of the record structs.
+# --------------------------------------------------------------------------------------------
+
+#: ``(location relative to the record, reason)`` of the first broken rule, or None.
+_Broken = tuple[tuple[str | int, ...], str] | None
+
+_T = TypeVar("_T")
+
+
+def _raise_if(reason: str | None, value: _T) -> _T:
+    """A field validator's body: raise ``reason`` (pydantic names the field), else pass ``value``."""
+    if reason:
+        raise ValueError(reason)
+    return value
+
+
+def _raise_broken(problem: _Broken, record: _T) -> _T:
+    """A model validator's body: raise the broken rule at its field (:class:`_FieldError`), else pass."""
+    if problem:
+        raise _FieldError(*problem)
+    return record
+
+
+def version_problem(v: int) -> str | None:
+    """Every record: ``schema_version`` is 1 (DESIGN 2)."""
+    return None if v == SCHEMA_VERSION else f"unsupported schema_version {v}; this reader understands {SCHEMA_VERSION}"
+
+
+def logprob_problem(v: float | None) -> str | None:
+    """A candidate's ``logprob`` is a sum of token log-probabilities, so never positive (DESIGN 2.1)."""
+    if v is not None and v > 0.0:
+        return f"sequence log-probability {v!r} is positive (a sum of log-probabilities is <= 0)"
+    return None
+
+
+def doc_ids_problem(v: list[str]) -> str | None:
+    """One round's retrieval (D_t, Eq. 10) names each document once."""
+    if len(set(v)) != len(v):
+        first = next(d for d, k in Counter(v).items() if k > 1)
+        return f"document id {first!r} is retrieved more than once in one round"
+    return None
+
+
+def options_problem(v: dict[str, str]) -> str | None:
+    """DESIGN 2.1 ``options``: at least 2 keys, each one uppercase letter."""
+    if len(v) < 2:
+        return f"needs at least 2 options, got {len(v)}"
+    for k in v:
+        if not OPTION_KEY.match(k):
+            return f"option key {k!r} is not one uppercase letter"
+    return None
+
+
+def consensus_problem(v: str) -> str | None:
+    """DESIGN 2.2 ``consensus``: the unanimous first-round answer m*, one uppercase letter."""
+    return None if OPTION_KEY.match(v) else f"consensus {v!r} is not one uppercase letter"
+
+
+def _unanimous(rnd: Any) -> bool:
+    answers = {c.answer for c in rnd.candidates}
+    return len(answers) == 1 and None not in answers
+
+
+def log_problem(log: Any) -> _Broken:
+    """The rules across one log's fields (DESIGN 2.1, Section 3): gold among the options, at most
+    ``max_rounds`` rounds numbered 1, 2, ... with ``n_candidates`` candidates each, answers among
+    the options (or null), a stop at unanimity, no retrieval after the last round, and a contested
+    last round only at ``max_rounds``."""
+    options = log.options
+    if log.gold not in options:
+        return ("gold",), f"{log.gold!r} is not among the options {sorted(options)}"
+    rounds = log.rounds
+    n_rounds, n = len(rounds), log.n_candidates
+    if n_rounds > log.max_rounds:
+        return ("rounds",), f"{n_rounds} rounds exceed max_rounds={log.max_rounds}"
+    for t, rnd in enumerate(rounds, start=1):
+        at = ("rounds", t - 1)
+        if rnd.round != t:
+            return (*at, "round"), f"expected round {t} (consecutive from 1), got {rnd.round}"
+        cands = rnd.candidates
+        if len(cands) != n:
+            return (*at, "candidates"), f"expected n_candidates={n} candidates, got {len(cands)}"
+        for i, cand in enumerate(cands):
+            if cand.answer is not None and cand.answer not in options:
+                return (*at, "candidates", i, "answer"), f"{cand.answer!r} is not among the options {sorted(options)}"
+        if t < n_rounds and _unanimous(rnd):
+            return at, f"round {t} is unanimous but is followed by round {t + 1} (the substrate stops at unanimity)"
+    last = rounds[-1]
+    if last.retrieval is not None:
+        reason = f"round {last.round} is the last logged round but has a retrieval (evidence is retrieved for a next round)"
+        return ("rounds", n_rounds - 1, "retrieval"), reason
+    if len({c.answer for c in last.candidates}) > 1 and n_rounds < log.max_rounds:
+        return ("rounds",), (f"{CUT_SHORT}: round {last.round} is contested but only {n_rounds} of "
+                             f"max_rounds={log.max_rounds} rounds are logged (the substrate stops only at unanimity or max_rounds)")
+    return None
+
+
+def probe_problem(rec: Any) -> _Broken:
+    """DESIGN 2.2 across a probe record's fields: the instruction_only arm has no queries and no
+    documents; each re-answer is null or one uppercase letter."""
+    if rec.arm == "instruction_only":
+        for name in ("queries", "doc_ids"):
+            if getattr(rec, name):
+                return (name,), "the instruction_only arm has no queries and no documents"
+    for i, cand in enumerate(rec.reanswers):
+        if cand.answer is not None and not OPTION_KEY.match(cand.answer):
+            return ("reanswers", i, "answer"), f"{cand.answer!r} is not one uppercase letter"
+    return None
+
+
+def nli_problem(rec: Any) -> _Broken:
+    """DESIGN 2.4 across an NLI record's fields (Eq. 3): distinct candidate indices, one claim per
+    candidate, a square matrix of probabilities in [0, 1]."""
+    cands = rec.candidates
+    n = len(cands)
+    if len(set(cands)) != n:
+        dup = [c for c, k in Counter(cands).items() if k > 1]
+        return ("candidates",), f"candidate index {dup[0]} is listed more than once"
+    if len(rec.claims) != n:
+        return ("claims",), f"{len(rec.claims)} claims for {n} candidate indices (one per candidate)"
+    if len(rec.entailment) != n:
+        return ("entailment",), f"matrix has {len(rec.entailment)} rows for {n} claims"
+    for i, row in enumerate(rec.entailment):
+        if len(row) != n:
+            return ("entailment", i), f"matrix is not square: row has {len(row)} entries, expected {n}"
+        if row and not 0.0 <= min(row) <= max(row) <= 1.0:
+            j = next(j for j, v in enumerate(row) if not 0.0 <= v <= 1.0)
+            return ("entailment", i, j), f"probability {row[j]!r} is not in [0, 1]"
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,9 +268,7 @@ class _Versioned(_Record):
     @field_validator("schema_version")
     @classmethod
     def _version(cls, v: int) -> int:
-        if v != SCHEMA_VERSION:
-            raise ValueError(f"unsupported schema_version {v}; this reader understands {SCHEMA_VERSION}")
-        return v
+        return _raise_if(version_problem(v), v)
 
 
 class Cost(_Record):
@@ -169,9 +294,7 @@ class Candidate(_Record):
     @field_validator("logprob")
     @classmethod
     def _log_probability(cls, v: float | None) -> float | None:
-        if v is not None and v > 0.0:
-            raise ValueError(f"sequence log-probability {v!r} is positive (a sum of log-probabilities is <= 0)")
-        return v
+        return _raise_if(logprob_problem(v), v)
 
 
 class ReAnswer(Candidate):
@@ -189,10 +312,7 @@ class Retrieval(_Record):
     @field_validator("doc_ids")
     @classmethod
     def _distinct_docs(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v):
-            first = next(d for d, k in Counter(v).items() if k > 1)
-            raise ValueError(f"document id {first!r} is retrieved more than once in one round")
-        return v
+        return _raise_if(doc_ids_problem(v), v)
 
 
 class Round(_Record):
@@ -217,19 +337,9 @@ def modal_answer(rnd: Round) -> str | None:
     return min(a for a, k in counts.items() if k == top)
 
 
-def _is_unanimous(rnd: Round) -> bool:
-    answers = {c.answer for c in rnd.candidates}
-    return len(answers) == 1 and None not in answers
-
-
 def check_options(v: dict[str, str]) -> dict[str, str]:
     """DESIGN 2.1 ``options``: at least 2 keys, each one uppercase letter (raises ValueError)."""
-    if len(v) < 2:
-        raise ValueError(f"needs at least 2 options, got {len(v)}")
-    for k in v:
-        if not OPTION_KEY.match(k):
-            raise ValueError(f"option key {k!r} is not one uppercase letter")
-    return v
+    return _raise_if(options_problem(v), v)
 
 
 class QuestionLog(_Versioned):
@@ -254,21 +364,7 @@ class QuestionLog(_Versioned):
 
     @model_validator(mode="after")
     def _consistency(self) -> QuestionLog:
-        opts = sorted(self.options)
-        if self.gold not in self.options:
-            raise _FieldError("gold", f"{self.gold!r} is not among the options {opts}")
-        if len(self.rounds) > self.max_rounds:
-            raise _FieldError("rounds", f"{len(self.rounds)} rounds exceed max_rounds={self.max_rounds}")
-        for t, rnd in enumerate(self.rounds, start=1):
-            self._check_round(t, rnd, opts)
-        last = self.rounds[-1]
-        if last.retrieval is not None:
-            reason = f"round {last.round} is the last logged round but has a retrieval (evidence is retrieved for a next round)"
-            raise _FieldError(("rounds", len(self.rounds) - 1, "retrieval"), reason)
-        if len({c.answer for c in last.candidates}) > 1 and len(self.rounds) < self.max_rounds:
-            reason = (f"{CUT_SHORT}: round {last.round} is contested but only {len(self.rounds)} of "
-                      f"max_rounds={self.max_rounds} rounds are logged (the substrate stops only at unanimity or max_rounds)")
-            raise _FieldError("rounds", reason)
+        _raise_broken(log_problem(self), self)
         if not isinstance(self.probe_pilot, (bool, type(None))):  # optional field, DESIGN 2.1
             raise _FieldError("probe_pilot", f"expected true or false, got {self.probe_pilot!r}")
         return self
@@ -277,21 +373,6 @@ class QuestionLog(_Versioned):
     def probe_pilot(self) -> bool | None:
         """DESIGN 2.1 optional ``probe_pilot``: the question was in the probe pilot (§5.2); None = not recorded."""
         return (self.model_extra or {}).get("probe_pilot")
-
-    def _check_round(self, t: int, rnd: Round, opts: list[str]) -> None:
-        at = ("rounds", t - 1)
-        if rnd.round != t:
-            raise _FieldError((*at, "round"), f"expected round {t} (consecutive from 1), got {rnd.round}")
-        if len(rnd.candidates) != self.n_candidates:
-            got = len(rnd.candidates)
-            raise _FieldError((*at, "candidates"), f"expected n_candidates={self.n_candidates} candidates, got {got}")
-        for i, cand in enumerate(rnd.candidates):
-            if cand.answer is not None and cand.answer not in self.options:
-                where = (*at, "candidates", i, "answer")
-                raise _FieldError(where, f"{cand.answer!r} is not among the options {opts}")
-        if _is_unanimous(rnd) and t < len(self.rounds):
-            nxt = f"round {t} is unanimous but is followed by round {t + 1}"
-            raise _FieldError(at, f"{nxt} (the substrate stops at unanimity)")
 
 
 class ProbeRecord(_Versioned):
@@ -318,20 +399,11 @@ class ProbeRecord(_Versioned):
     @field_validator("consensus")
     @classmethod
     def _consensus_key(cls, v: str) -> str:
-        if not OPTION_KEY.match(v):
-            raise ValueError(f"consensus {v!r} is not one uppercase letter")
-        return v
+        return _raise_if(consensus_problem(v), v)
 
     @model_validator(mode="after")
     def _arm_rules(self) -> ProbeRecord:
-        if self.arm == "instruction_only":
-            for name in ("queries", "doc_ids"):
-                if getattr(self, name):
-                    raise _FieldError(name, "the instruction_only arm has no queries and no documents")
-        for i, cand in enumerate(self.reanswers):
-            if cand.answer is not None and not OPTION_KEY.match(cand.answer):
-                raise _FieldError(("reanswers", i, "answer"), f"{cand.answer!r} is not one uppercase letter")
-        return self
+        return _raise_broken(probe_problem(self), self)
 
 
 class SelfReport(_Versioned):
@@ -358,174 +430,48 @@ class NLIRecord(_Versioned):
 
     @model_validator(mode="after")
     def _matrix(self) -> NLIRecord:
-        n = len(self.candidates)
-        dup = [c for c, k in Counter(self.candidates).items() if k > 1]
-        if dup:
-            raise _FieldError("candidates", f"candidate index {dup[0]} is listed more than once")
-        if len(self.claims) != n:
-            raise _FieldError("claims", f"{len(self.claims)} claims for {n} candidate indices (one per candidate)")
-        if len(self.entailment) != n:
-            raise _FieldError("entailment", f"matrix has {len(self.entailment)} rows for {n} claims")
-        for i, row in enumerate(self.entailment):
-            if len(row) != n:
-                reason = f"matrix is not square: row has {len(row)} entries, expected {n}"
-                raise _FieldError(("entailment", i), reason)
-            for j, v in enumerate(row):
-                if not 0.0 <= v <= 1.0:
-                    raise _FieldError(("entailment", i, j), f"probability {v!r} is not in [0, 1]")
-        return self
+        return _raise_broken(nli_problem(self), self)
 
 
 # --------------------------------------------------------------------------------------------
-# Reading
+# The records as msgspec structs, derived from the models above (never written a second time)
 # --------------------------------------------------------------------------------------------
 
-class _DuplicateKeys(dict):
-    """A JSON object that repeated a key (json.loads would silently keep the last one)."""
-
-    duplicates: list[str]
-
-
-def _object_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) == len(pairs):
-        return obj
-    out = _DuplicateKeys(obj)
-    out.duplicates = [k for k, n in Counter(k for k, _ in pairs).items() if n > 1]
-    return out
+#: DESIGN 2.1's one optional field (§5.2's pilot marker), last; absent = None, left out of the encoding.
+QuestionLogStruct = struct_of(QuestionLog, __name__, extra=[("probe_pilot", bool | None, None)])
+NLIRecordStruct = struct_of(NLIRecord, __name__)
+CandidateStruct = struct_of(Candidate, __name__)
+RoundStruct = struct_of(Round, __name__)
+RetrievalStruct = struct_of(Retrieval, __name__)
+CostStruct = struct_of(Cost, __name__)
+#: What a reader returns for a log: the pydantic model, or its struct when the fast read accepted the file.
+LOG_TYPES: tuple[type, ...] = (QuestionLog, QuestionLogStruct)
 
 
-def _scan(value: Any, loc: tuple[str | int, ...] = ()) -> tuple[tuple[str | int, ...], str] | None:
-    """Find the first non-finite number or repeated key anywhere in a parsed JSON value."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return loc, f"non-finite number {value!r} (JSON has no NaN or Infinity)"
-    if isinstance(value, dict):
-        if isinstance(value, _DuplicateKeys):
-            return loc, f"duplicate key {value.duplicates[0]!r} in one JSON object"
-        items: Iterable[tuple[str | int, Any]] = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return None
-    for k, v in items:
-        found = _scan(v, (*loc, k))
-        if found:
-            return found
-    return None
+def _log_struct_ok(log: Any) -> bool:
+    """Every rule of :class:`QuestionLog` and of the records inside it holds for a decoded struct."""
+    if version_problem(log.schema_version) or options_problem(log.options):
+        return False
+    for rnd in log.rounds:
+        ret = rnd.retrieval
+        if ret is not None and doc_ids_problem(ret.doc_ids):
+            return False
+        if any(map(logprob_problem, [c.logprob for c in rnd.candidates])):
+            return False
+    return log_problem(log) is None
 
 
-def _raw_lines(p: Path) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(line_number, raw_bytes)``; gzip damage surfaces as LogFormatError at the next line."""
-    n = 0
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(2)
-        if not head:
-            return  # zero bytes: reported as an empty file by iter_jsonl
-        if p.name.endswith(".gz"):
-            if head != _GZIP_MAGIC:
-                raise LogFormatError(p, None, None, "name ends in .gz but the file is not gzip-compressed")
-            fh_ctx = gzip.open(p, "rb")
-        elif head == _GZIP_MAGIC:
-            raise LogFormatError(p, None, None, "file is gzip-compressed but its name does not end in .gz")
-        else:
-            fh_ctx = open(p, "rb")
-        with fh_ctx as fh:
-            for n, raw in enumerate(fh, start=1):
-                yield n, raw
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise LogFormatError(p, n + 1, None, f"truncated or corrupt gzip data: {exc}") from None
-    except FileNotFoundError:
-        raise LogFormatError(p, None, None, "file does not exist") from None
-    except OSError as exc:
-        raise LogFormatError(p, None, None, f"cannot read file: {exc}") from None
+def _nli_struct_ok(rec: Any) -> bool:
+    """Every rule of :class:`NLIRecord` holds for a decoded struct."""
+    return not version_problem(rec.schema_version) and nli_problem(rec) is None
 
 
-def _parse_strict(p: Path, n: int, text: str) -> Any:
-    """``json.loads`` that remembers repeated keys; pathological input becomes LogFormatError."""
-    try:
-        return json.loads(text, object_pairs_hook=_object_hook, parse_constant=float)
-    except json.JSONDecodeError as exc:
-        raise LogFormatError(p, n, None, f"invalid JSON: {exc}") from None
-    except RecursionError:
-        raise LogFormatError(p, n, None, "invalid JSON: nesting too deep to parse") from None
-    except ValueError as exc:  # an integer past the interpreter's digit limit (sys.get_int_max_str_digits)
-        raise LogFormatError(p, n, None, f"invalid JSON: {exc}") from None
-
-
-def _fast_object(raw: bytes) -> dict[str, Any] | None:
-    """The line's object when it is provably clean, else None (the strict path then decides).
-
-    orjson refuses NaN/Infinity, invalid UTF-8, integers beyond 64 bits and very deep nesting;
-    re-encoding the parsed object and getting the line back byte for byte proves that no key was
-    repeated (a repeated key would be lost, so the re-encoding would be shorter).  Lines written
-    by :func:`write_jsonl` take this path; anything else is parsed by :func:`_parse_strict`.
-    """
-    if _orjson is None:
-        return None
-    body = raw[:-1] if raw.endswith(b"\n") else raw
-    try:
-        obj = _orjson.loads(body)
-        return obj if type(obj) is dict and _orjson.dumps(obj) == body else None
-    except (_orjson.JSONDecodeError, TypeError):  # TypeError: nesting deeper than orjson encodes
-        return None
-
-
-def _decode_line(p: Path, n: int, raw: bytes) -> dict[str, Any]:
-    fast = _fast_object(raw)
-    if fast is not None:
-        return fast
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise LogFormatError(p, n, None, f"not valid UTF-8 (byte {exc.start})") from None
-    text = text.removesuffix("\n").removesuffix("\r")
-    if not text.strip():
-        raise LogFormatError(p, n, None, "empty line (one JSON object per line expected)")
-    obj = _parse_strict(p, n, text)
-    if not isinstance(obj, dict):
-        raise LogFormatError(p, n, None, f"expected a JSON object, got {type(obj).__name__}")
-    try:
-        bad = _scan(obj)
-    except RecursionError:
-        raise LogFormatError(p, n, None, "invalid JSON: nesting too deep to check") from None
-    if bad:
-        raise LogFormatError(p, n, loc_to_field(bad[0]) or None, bad[1])
-    return dict(obj)
-
-
-def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for every line of a ``.jsonl`` or ``.jsonl.gz`` file.
-
-    Rejected (``LogFormatError``): missing, empty or truncated files, non-UTF-8 bytes, blank
-    lines (never skipped), invalid JSON, a line that is not an object, NaN/Infinity anywhere,
-    and a key repeated inside one object.
-    """
-    p = Path(path)
-    n = 0
-    for n, raw in _raw_lines(p):
-        yield n, _decode_line(p, n, raw)
-    if n == 0:
-        raise LogFormatError(p, None, None, "file is empty (no records)")
-
-
-_TAG = re.compile(r"[\[\](),']")  # pydantic schema tags: function-after[...], literal['a'], list[int], ...
-
-
-def loc_to_field(loc: Sequence[str | int]) -> str:
-    """Map a pydantic error location to a field name: ``('rounds', 1, 'logprob')`` -> ``rounds[1].logprob``.
-
-    Integers become ``[i]``; schema tags that pydantic inserts for unions and validator
-    functions (they contain brackets, parentheses or quotes, which no DESIGN field name does)
-    are dropped so that branch names never leak into field names.
-    """
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not _TAG.search(part):
-            out += ("." if out else "") + part
-    return out
+#: model -> (decoder of one line, "every rule of the model holds" on the decoded struct)
+_FAST: dict[type[BaseModel], tuple[Any, Any]] = {
+    QuestionLog: (msgspec.json.Decoder(QuestionLogStruct).decode, _log_struct_ok),
+    NLIRecord: (msgspec.json.Decoder(NLIRecordStruct).decode, _nli_struct_ok),
+}
+_ENCODE = msgspec.json.Encoder().encode
 
 
 def _format_pydantic(err: Any) -> tuple[tuple[str | int, ...], str]:
@@ -559,31 +505,48 @@ def validate_record(model: type[_R], obj: Any, path: str | os.PathLike[str], lin
         raise LogFormatError(path, line, loc_to_field(loc) or None, reason) from None
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a file's records are built (issue 15).
-
-    A cell is ~100,000 container objects; building them triggers repeated full collections
-    that find nothing (records hold no reference cycles), which costs about as much as
-    decoding them.  Reference counting still frees everything; the previous state is restored.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def read_records(model: type[_R], path: str | os.PathLike[str], key_fields: tuple[str, ...]) -> list[_R]:
-    """Read a JSONL file of ``model`` records whose ``key_fields`` tuple is unique per file."""
+    """Read a JSONL file of ``model`` records whose ``key_fields`` tuple is unique per file.
+
+    Logs and NLI records are first read fast (:func:`_read_fast`: the derived structs, every rule
+    applied); when that declines, each line is validated by the pydantic model, which either
+    raises the ``file:line: field: reason`` error or returns the records (a file with fields
+    beyond DESIGN's, another key order or spacing).  Either way the same values are returned.
+    """
     p = Path(path)
-    out: list[_R] = []
-    seen: dict[tuple[Any, ...], int] = {}
     with gc_paused():
-        _read_into(out, seen, model, p, key_fields)
+        fast = _read_fast(model, p, key_fields)
+        if fast is not None:
+            return fast
+        out: list[_R] = []
+        _read_into(out, {}, model, p, key_fields)
     return out
+
+
+def _read_fast(model: type[BaseModel], p: Path, key_fields: tuple[str, ...]) -> list[Any] | None:
+    """The file's records as derived structs when every line is provably valid, else None.
+
+    Each line is decoded by msgspec into the struct (types and bounds checked in C) and must
+    re-encode to its own bytes: that proves that it holds exactly DESIGN's fields in order, no key
+    repeated (a repeated key would be lost), no NaN / Infinity and numbers of the declared types
+    (``1.0`` for an int or ``-5`` for a float is declined).  Lines that :func:`write_jsonl` writes
+    pass.  Then every rule of the model holds (the rule functions above) and the keys are unique.
+    It never raises: anything unusual is declined, and the pydantic path names the error.
+    """
+    spec = _FAST.get(model)
+    if spec is None:
+        return None
+    decode, ok = spec
+    try:
+        lines = [raw for _, raw in raw_lines(p)]
+        recs = [decode(raw) for raw in lines]
+        same = all(map(operator.eq, map(_ENCODE, recs), lines))
+    except (LogFormatError, msgspec.MsgspecError, ValueError, OverflowError, RecursionError):
+        return None  # UnicodeDecodeError is a ValueError
+    if not recs or not same or not all(map(ok, recs)):
+        return None
+    key = operator.attrgetter(*key_fields)
+    return recs if len(set(map(key, recs))) == len(recs) else None
 
 
 def _read_into(out: list[_R], seen: dict[tuple[Any, ...], int], model: type[_R], p: Path,
@@ -641,7 +604,7 @@ _Problem = tuple[str, str] | None  # (field, reason) of a cross-file mismatch, o
 
 def _probe_problem(rec: ProbeRecord, log: QuestionLog) -> _Problem:
     first = log.rounds[0]
-    if not _is_unanimous(first):
+    if not _unanimous(first):
         return "consensus", f"question {rec.qid!r} is not unanimous in round 1; it cannot be probed"
     m = first.candidates[0].answer
     if rec.consensus != m:
@@ -714,12 +677,15 @@ def check_nli_against_logs(
 # Writing
 # --------------------------------------------------------------------------------------------
 
-def _dump(rec: BaseModel | dict[str, Any]) -> str:
-    obj = rec.model_dump(mode="json") if isinstance(rec, BaseModel) else rec
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+def json_line(rec: BaseModel | StructRecord | dict[str, Any]) -> str:
+    """A record (a model, a derived struct or a plain dict) as one artifact line, ``\\n`` included:
+    compact JSON, UTF-8 as is, NaN / Infinity refused (``ValueError``).  The one line format of
+    :func:`write_jsonl` and of the pipeline's append-only run files."""
+    obj = rec.model_dump(mode="json") if isinstance(rec, (BaseModel, StructRecord)) else rec
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict[str, Any]]) -> Path:
+def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | StructRecord | dict[str, Any]]) -> Path:
     """Write records atomically (:func:`probeguard_core.fileio.atomic_open`); ``.gz`` paths are compressed.
 
     Output is byte-reproducible (compact JSON, no gzip timestamp or file name); NaN/inf
@@ -732,8 +698,8 @@ def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict
         if p.name.endswith(".gz"):
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
                 for rec in records:
-                    gz.write((_dump(rec) + "\n").encode("utf-8"))
+                    gz.write(json_line(rec).encode("utf-8"))
         else:
             for rec in records:
-                raw.write((_dump(rec) + "\n").encode("utf-8"))
+                raw.write(json_line(rec).encode("utf-8"))
     return p

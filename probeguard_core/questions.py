@@ -17,7 +17,6 @@ field; JSON (not JSONL) files have no line (``line=None``) and fields like ``[17
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections.abc import Iterator
@@ -26,16 +25,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
-from probeguard_core.logs import (
-    LogFormatError,
-    _FieldError,
-    _object_hook,
-    _scan,
-    check_options,
-    iter_jsonl,
-    loc_to_field,
-    validate_record,
-)
+from probeguard_core.jsonl import LogFormatError, _object_hook, _scan, iter_jsonl, loc_to_field, read_document
+from probeguard_core.logs import _FieldError, check_options, validate_record
 
 __all__ = ["Doc", "Question", "iter_corpus", "load_corpus", "load_questions"]
 
@@ -136,17 +127,7 @@ def _question(
 
 def _read_json(p: Path) -> Any:
     """Parse a whole ``.json`` (or ``.json.gz``) file strictly: UTF-8, no NaN, no repeated keys."""
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise LogFormatError(p, None, None, "file does not exist") from None
-    except OSError as exc:
-        raise LogFormatError(p, None, None, f"cannot read file: {exc}") from None
-    if p.name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise LogFormatError(p, None, None, f"truncated or corrupt gzip data: {exc}") from None
+    raw = read_document(p)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from probeguard_core import logs as L
+from probeguard_core.jsonl import gc_paused, iter_jsonl
 from probeguard_core.fileio import sha256_file
 
 ARTIFACTS = ("logs", "probe", "nli", "self_report")
 #: The modules whose source defines a cell's feature table (part of every derived table's cache key).
-FEATURE_CODE = ("probeguard_core.logs", "probeguard_core.fastread", "probeguard_core.features", "probeguard_core.rse")
+FEATURE_CODE = ("probeguard_core.logs", "probeguard_core.features", "probeguard_core.rse")
 ROLES = ("main", "augment")
 
 #: Display names for the paper's backbones (others display as given).
@@ -143,37 +144,11 @@ class Cell:
         return L.read_logs(p)
 
     @cached_property
-    def _fast(self) -> tuple[list[Any], list[Any] | None] | None:
-        """:func:`probeguard_core.fastread.read_cell` of the logs and NLI files: validated structs
-        with the strict readers' fields and values, or None when it declines (the strict readers
-        then raise the error or return the same records), when the cell has no logs, or when the
-        strict readers have read the logs or NLI in this process already."""
-        from probeguard_core import fastread
-
-        if not self.has("logs") or "logs" in self.__dict__ or "nli" in self.__dict__:
-            return None
-        return fastread.read_cell(self.file("logs"), self.file("nli"))
-
-    def records(self) -> tuple[list[Any], list[Any] | None]:
-        """``(logs, nli)`` to compute a table from: the fast strict reader's structs when it accepts
-        both files, else :attr:`logs` and :attr:`nli` (the pydantic models, which raise any
-        error).  Every derived table (features, signals, costs, certification inputs) reads these:
-        the same values either way, and a cell's pydantic records are built only when asked for."""
-        fast = self._fast
-        return fast if fast is not None else (self.logs, self.nli)
-
-    def _join_logs(self) -> list[Any]:
-        """The logs that another artifact's records are checked against (the fast reader's when it
-        accepted the logs and NLI files, else :attr:`logs`)."""
-        fast = self._fast
-        return fast[0] if fast is not None else self.logs
-
-    @cached_property
     def probe(self) -> list[L.ProbeRecord] | None:
         p = self.file("probe")
         if p is None:
             return None
-        logs = self._join_logs()
+        logs = self.logs
         recs = L.read_probe(p, logs=logs)
         check_records_join(recs, logs, p, "probe")
         return recs
@@ -183,7 +158,7 @@ class Cell:
         p = self.file("nli")
         if p is None:
             return None
-        logs = self._join_logs()
+        logs = self.logs
         recs = L.read_nli(p, logs=logs)
         check_records_join(recs, logs, p, "NLI")
         return recs
@@ -194,7 +169,7 @@ class Cell:
         if p is None:
             return None
         recs = L.read_self_report(p)
-        check_records_join(recs, self._join_logs(), p, "self-report")
+        check_records_join(recs, self.logs, p, "self-report")
         return recs
 
     def sha256(self, kind: str) -> str | None:
@@ -234,12 +209,12 @@ class Cell:
                                   code=FEATURE_CODE)
 
     def _feature_table(self) -> Any:
-        """Read and compute, from :meth:`records` (the fast strict read when it accepts both
-        files, else the pydantic readers: the table and every error are theirs)."""
+        """Read and compute, from :attr:`logs` and :attr:`nli` (the strict readers' records: the
+        table and every error are theirs)."""
         from probeguard_core import features as F
 
-        with L.gc_paused():
-            return F.feature_table(*self.records())
+        with gc_paused():
+            return F.feature_table(self.logs, self.nli)
 
     def probe_by_arm(self, arm: str = "counter_evidence") -> list[L.ProbeRecord]:
         if arm not in L.ARMS:
@@ -351,7 +326,7 @@ def _discover_cells(root: Path) -> list[dict[str, str]]:
         logs_file = _artifact_path(folder, "logs")
         if logs_file is None:
             continue
-        _, first = next(L.iter_jsonl(logs_file))
+        _, first = next(iter_jsonl(logs_file))
         dataset, backbone = first.get("dataset"), first.get("backbone")
         if not (isinstance(dataset, str) and isinstance(backbone, str)):
             raise ReleaseError(f"{logs_file}:1: dataset/backbone: missing or not strings")

