@@ -590,8 +590,8 @@ def _pdf(root: Path, html: Path, only: Sequence[str] | None) -> None:
     from probeguard_core.book import pdf
 
     if pdf.find_chromium() is None:
-        print(f"book.build: warning: Chromium not found, {pdf.PDF_NAME} not built (the landing page's PDF link "
-              "stays dead until `python -m probeguard_core.book.pdf` runs with chromium installed)", file=sys.stderr)
+        print(f"book.build: warning: Chromium not found, {pdf.PDF_NAME} not built (the landing page shows no PDF link "
+              "until `python -m probeguard_core.book.pdf` runs with chromium installed)", file=sys.stderr)
         return
     t0 = time.perf_counter()
     try:
