@@ -91,3 +91,13 @@ def test_table_4_3_shows_the_746_and_the_79_percent() -> None:
     assert row("medqa", "n_unanimous")["paper"] == 746 and row("medqa", "n_unanimous")["paper_source"] == "§1"
     assert row("medxpertqa", "unanimous_error")["paper"] == pytest.approx(0.79)
     assert "medxpertqa" not in r.datasets  # outside Figure 3's design
+
+
+def test_deploying_page_is_written_with_values_and_says_why_two_coverages_differ() -> None:
+    src = (REPO / "notebooks" / "deploying_drift.md").read_text(encoding="utf-8")
+    prose = "\n".join(p for i, p in enumerate(src.split("```")) if i % 2 == 0)  # outside code cells
+    for name in ("alpha", "shift", "change_at", "window", "length"):
+        assert f"`{name}`" not in prose, f"the prose prints the variable name {name!r} instead of its value"
+    assert ":tags: [parameters, remove-cell]" in src and "open_page(globals())" in src
+    assert "This is not §4.4's certified coverage at the same α" in prose
+    assert "recal_text" in prose  # the recalibration's result gets its sentence
