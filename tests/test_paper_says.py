@@ -101,3 +101,9 @@ def test_deploying_page_is_written_with_values_and_says_why_two_coverages_differ
     assert ":tags: [parameters, remove-cell]" in src and "open_page(globals())" in src
     assert "This is not §4.4's certified coverage at the same α" in prose
     assert "recal_text" in prose  # the recalibration's result gets its sentence
+
+
+def test_whatif_tables_read_in_words_and_whole_questions() -> None:
+    src = (REPO / "notebooks" / "whatif_simulator.md").read_text(encoding="utf-8")
+    assert src.count(".rename_axis(**words)") == 2 and '"calibration size"' in src
+    assert 'n_cal=int(round(obs["n_cal"]))' in src and "`n_splits`" not in src
