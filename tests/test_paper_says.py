@@ -107,3 +107,15 @@ def test_whatif_tables_read_in_words_and_whole_questions() -> None:
     src = (REPO / "notebooks" / "whatif_simulator.md").read_text(encoding="utf-8")
     assert src.count(".rename_axis(**words)") == 2 and '"calibration size"' in src
     assert 'n_cal=int(round(obs["n_cal"]))' in src and "`n_splits`" not in src
+
+
+def test_pages_cite_through_the_one_bibliography() -> None:
+    bib = (REPO / "book" / "references.bib").read_text(encoding="utf-8")
+    for name, key in (("deploying_drift", "howard2021timeuniform"), ("appendix_e_protocol", "angelopoulos2022ltt"),
+                      ("hard_vs_soft_rse", "kuhn2023semantic")):
+        src = (REPO / "notebooks" / f"{name}.md").read_text(encoding="utf-8")
+        assert re.search(r"\{cite:[pt]\}`[^`]*" + key, src) and "{" + key + "," in bib.replace("@article{", "{")\
+            .replace("@misc{", "{")
+    for name in ("deploying_drift", "appendix_e_protocol", "hard_vs_soft_rse"):
+        src = (REPO / "notebooks" / f"{name}.md").read_text(encoding="utf-8")
+        assert not re.search(r"(Howard|Angelopoulos|Kuhn) et al\.", src), name
