@@ -365,7 +365,9 @@ def beside_paper(
     ``source="Table 2", quantity="auroc"``.  After filtering, the paper's rows must be unique
     on ``on``, else :class:`ValueError`.  Every row of ``ours`` is kept, in order; where the
     paper reports nothing (including a ``backbone`` / ``dataset`` filter the paper never ran),
-    ``paper`` and ``diff`` are NaN.  When ``ours`` has no ``unit``
+    ``paper`` and ``diff`` are NaN.  When ``on`` holds ``alpha``, a paper row with an empty α
+    (stated at any level, e.g. §4.4's "no certified threshold at any α we sweep") stands beside
+    every α of ``ours`` that no paper row of its own α matches.  When ``ours`` has no ``unit``
     column one is added (the matched paper row's unit, else the filtered rows' single unit, else '').
     """
     if not isinstance(ours, pd.DataFrame):
@@ -396,6 +398,17 @@ def beside_paper(
     right = keys.assign(_paper=paper["value"].to_numpy(), _unit=paper["unit"].to_numpy())
     left = pd.DataFrame({c: _join_key(ours[c], c) for c in on}, index=ours.index)
     merged = left.reset_index(drop=True).merge(right, on=on, how="left", validate="many_to_one")
+    if "alpha" in on:
+        # a paper row with no alpha holds at every level ("no certified threshold at any alpha we
+        # sweep", §4.4): it stands beside each of ours' alphas that no row of its own matches
+        rest = [c for c in on if c != "alpha"]
+        anyalpha = right[right["alpha"] == ""].drop(columns="alpha")
+        if len(anyalpha):
+            fill = left.reset_index(drop=True)[rest].merge(anyalpha, on=rest, how="left", validate="many_to_one") \
+                if rest else pd.DataFrame({c: [anyalpha[c].iloc[0]] * len(left) for c in ("_paper", "_unit")})
+            gap = merged["_paper"].isna() & left["alpha"].ne("").to_numpy()
+            merged.loc[gap, "_paper"] = fill.loc[gap, "_paper"]
+            merged.loc[gap, "_unit"] = fill.loc[gap, "_unit"]
 
     out = ours.copy()
     out["paper"] = merged["_paper"].to_numpy(dtype=float)

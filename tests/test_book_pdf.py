@@ -30,3 +30,17 @@ def test_missing_chromium_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(pdf.PDFError, match="Chromium not found"):
         pdf.build_pdf(tmp_path)
     assert not (tmp_path / "_build" / "html" / pdf.PDF_NAME).exists()
+
+
+def test_the_pdf_link_appears_only_when_the_pdf_exists(tmp_path: Path) -> None:
+    (tmp_path / "book").mkdir()
+    intro = tmp_path / "book" / "intro.html"
+    intro.write_text(f"<h1>x</h1>{pdf.PDF_SLOT}<p>rest</p>", encoding="utf-8")
+    assert not pdf.link_pdf(tmp_path) and "probeguard-pdf\"" not in intro.read_text(encoding="utf-8")
+    (tmp_path / pdf.PDF_NAME).write_bytes(b"%PDF-1.4\n")
+    assert pdf.link_pdf(tmp_path)
+    text = intro.read_text(encoding="utf-8")
+    assert 'class="reference download probeguard-pdf" href="../probeguard-companion.pdf"' in text
+    assert pdf.link_pdf(tmp_path) and text == intro.read_text(encoding="utf-8")  # idempotent
+    src = (Path(__file__).resolve().parents[1] / "book" / "intro.md").read_text(encoding="utf-8")
+    assert pdf.PDF_SLOT in src and "probeguard-companion.pdf" not in src  # no link in the source

@@ -511,13 +511,16 @@ def _report(r: NotebookResult) -> None:
 
 
 # --------------------------------------------------------------------------- jupyter-book
-def _banner_markdown(release_path: Path) -> str:
+def _banner_markdown(release_path: Path, shows: str = "numbers") -> str:
+    """A chapter page's banner (``{{ provenance_banner }}``; ``{{ provenance_banner_paper }}`` on a
+    chapter that shows only the paper's own text or tables, ``{{ provenance_banner_cases }}`` on one
+    that shows the release's questions or rationales): Release.describe's wording for ``shows``."""
     from probeguard_core.release import load_release
 
     rel = load_release(release_path, verify=False)
     kind = "warning" if rel.is_simulated else "note"
     title = ("Simulated release: " if rel.is_simulated else "Release: ") + rel.name
-    return f"```{{admonition}} {title}\n:class: {kind} probeguard-provenance\n\n{rel.describe()}\n```\n"
+    return f"```{{admonition}} {title}\n:class: {kind} probeguard-provenance\n\n{rel.describe(shows)}\n```\n"
 
 
 def _filtered_toc(toc: dict[str, Any], keep: set[str]) -> dict[str, Any]:
@@ -561,6 +564,8 @@ def build_book(
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     subs = config.setdefault("parse", {}).setdefault("myst_substitutions", {})
     subs["provenance_banner"] = _banner_markdown(resolve(release, root))
+    subs["provenance_banner_paper"] = _banner_markdown(resolve(release, root), "paper")
+    subs["provenance_banner_cases"] = _banner_markdown(resolve(release, root), "cases")
     # {{ ours.<notebook>.<key> }} in a chapter: the number that notebook wrote to results.json
     from probeguard_core.book.prose import results_substitutions
 
@@ -590,8 +595,8 @@ def _pdf(root: Path, html: Path, only: Sequence[str] | None) -> None:
     from probeguard_core.book import pdf
 
     if pdf.find_chromium() is None:
-        print(f"book.build: warning: Chromium not found, {pdf.PDF_NAME} not built (the landing page's PDF link "
-              "stays dead until `python -m probeguard_core.book.pdf` runs with chromium installed)", file=sys.stderr)
+        print(f"book.build: warning: Chromium not found, {pdf.PDF_NAME} not built (the landing page shows no PDF link "
+              "until `python -m probeguard_core.book.pdf` runs with chromium installed)", file=sys.stderr)
         return
     t0 = time.perf_counter()
     try:

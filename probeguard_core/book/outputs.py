@@ -65,13 +65,14 @@ class Outputs:
         return dict(self._results)
 
 
-def provenance_banner(release: Release) -> Any:
-    """The banner shown at the top of every page: simulated or real, read from the manifest."""
+def provenance_banner(release: Release, shows: str = "numbers") -> Any:
+    """The banner shown at the top of every page: simulated or real, read from the manifest, and
+    what the page ``shows`` (:meth:`Release.describe`: ``numbers``, ``paper`` or ``cases``)."""
     from IPython.display import HTML
 
     kind = "warning" if release.is_simulated else "note"
     title = "Simulated release" if release.is_simulated else "Release"
-    text = release.describe()
+    text = release.describe(shows)
     html = (
         f'<div class="admonition {kind} probeguard-provenance" data-provenance="{release.provenance}">'
         f'<p class="admonition-title">{title}: {release.name}</p><p>{text}</p></div>'

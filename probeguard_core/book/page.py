@@ -63,6 +63,7 @@ class Page:
     out: Outputs
     params: dict[str, Any] = field(default_factory=dict)
     verdicts: str = ""
+    shows: str = "numbers"  # what the page shows, for the banner (release.Release.describe)
 
     def figure(self, name: str, fig: Any) -> None:
         """Write ``fig`` as ``<name>.png`` / ``.svg``, glue it under ``name`` for a
@@ -89,16 +90,19 @@ class Page:
         return f"Release {self.release.name} ({self.release.provenance})"
 
     def _repr_html_(self) -> str:
-        return provenance_banner(self.release).data + self.verdicts + parameters_html(self.params)
+        return provenance_banner(self.release, self.shows).data + self.verdicts + parameters_html(self.params)
 
 
 def open_page(namespace: Mapping[str, Any] | None = None, *, release: str | os.PathLike[str] | None = None,
-              output_dir: str | os.PathLike[str] | None = None) -> Page:
+              output_dir: str | os.PathLike[str] | None = None, shows: str = "numbers") -> Page:
     """Load the page's release and output folder; the returned :class:`Page` renders as the
     provenance banner followed by the parameters of this run (make it the cell's last line).
 
     ``namespace`` is the notebook's ``globals()``: ``release`` and ``output_dir`` are read from
-    it unless given."""
+    it unless given. ``shows`` is what the page shows, for the banner's wording
+    (:meth:`release.Release.describe`): ``numbers`` (default), ``paper`` (the paper's own text or
+    tables, no release number) or ``cases`` (the release's questions, rationales, queries or
+    document ids)."""
     params = effective_parameters(namespace or {})
     release = release if release is not None else params.get("release")
     output_dir = output_dir if output_dir is not None else params.get("output_dir")
@@ -110,10 +114,11 @@ def open_page(namespace: Mapping[str, Any] | None = None, *, release: str | os.P
 
     mpl.rcParams.update(FIGURE_RC)
     rel = load_release(resolve_release(release))
+    rel.describe(shows)  # an unknown ``shows`` fails here, not in the banner
     n_splits = params.get("n_splits")
     return Page(rel, Outputs(resolve(output_dir)), {**params, "release": str(release),
                                                      "output_dir": str(Path(output_dir))},
-                verdicts_html(rel, Path(output_dir).name, n_splits if isinstance(n_splits, int) else None))
+                verdicts_html(rel, Path(output_dir).name, n_splits if isinstance(n_splits, int) else None), shows)
 
 
 def verdicts_html(rel: Any, page: str, n_splits: int | None = None) -> str:

@@ -27,9 +27,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["PDF_NAME", "PDFError", "build_pdf", "find_chromium", "main", "print_to_pdf", "singlehtml"]
+from probeguard_core.fileio import write_text_atomic
 
-#: The PDF's name in the HTML build (``book/intro.md`` links ``../probeguard-companion.pdf``).
+__all__ = ["PDF_LINK", "PDF_NAME", "PDF_SLOT", "PDFError", "build_pdf", "find_chromium", "link_pdf", "main",
+           "print_to_pdf", "singlehtml"]
+
+#: The PDF's name in the HTML build (the landing page links it once it exists: :func:`link_pdf`).
 PDF_NAME = "probeguard-companion.pdf"
 #: Chromium flags for a headless, offline print: no first-run work, and no host resolves.
 CHROMIUM_FLAGS: tuple[str, ...] = (
@@ -124,7 +127,32 @@ def build_pdf(root: Path, html_dir: Path | None = None, *, toc: Path | None = No
     build = root / "_build"
     config = build / "_config.generated.yml"
     page = singlehtml(root, config if config.is_file() else None, toc, quiet=quiet)
-    return print_to_pdf(page, Path(html_dir or build / "html") / PDF_NAME, chromium)
+    html = Path(html_dir or build / "html")
+    out = print_to_pdf(page, html / PDF_NAME, chromium)
+    link_pdf(html)
+    return out
+
+
+#: The landing page's empty slot (``book/intro.md``) that :func:`link_pdf` fills once the PDF exists.
+PDF_SLOT = '<p class="probeguard-pdf-slot"></p>'
+#: What fills it: the link to the PDF, from ``book/intro.html``.
+PDF_LINK = ('<p class="probeguard-pdf-slot"><strong>Read it offline as one file:</strong> '
+            f'<a class="reference download probeguard-pdf" href="../{PDF_NAME}">the whole book as a PDF</a> '
+            '(the same pages, printed from the single-page build).</p>')
+
+
+def link_pdf(html_dir: Path) -> bool:
+    """Put the PDF link on the landing page (``<html_dir>/book/intro.html``) when, and only when,
+    ``<html_dir>/probeguard-companion.pdf`` exists: a build without Chromium shows no dead link
+    (issue 23, point 2). Returns whether the link is on the page."""
+    html_dir = Path(html_dir)
+    intro = html_dir / "book" / "intro.html"
+    if not intro.is_file() or not (html_dir / PDF_NAME).is_file():
+        return False
+    text = intro.read_text(encoding="utf-8")
+    if PDF_SLOT in text:
+        write_text_atomic(intro, text.replace(PDF_SLOT, PDF_LINK, 1))
+    return PDF_LINK in text or PDF_SLOT in text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,7 +37,7 @@ NAMES: dict[str, str] = {
     **dict.fromkeys([
         "WhatIf", "layer_certification_means", "theorem1_audit",
         "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
-        "whatif_coverage", "whatif_summary",
+        "whatif_above_alpha", "whatif_coverage", "whatif_summary",
     ], "audits"),
     **dict.fromkeys([
         "beside_sources", "check_entry", "value_at",
@@ -50,7 +50,7 @@ NAMES: dict[str, str] = {
         "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8",
         "at_alphas", "certification_arms", "certification_inputs", "certification_long",
         "figure4", "specialty_breakdown", "specialty_label_counts", "stratified_summary",
-        "table8", "uncertifiable",
+        "table8", "uncertifiable", "PAPER_LTT_ARMS", "with_appendix_e",
     ], "certification"),
     **dict.fromkeys([
         "ARTIFACT_NAMES", "BESIDE_CLASS", "BESIDE_SUBCOLUMNS", "HEADER_WORDS", "QUANTITY_WORDS", "TABLE_CLASS",

@@ -27,7 +27,7 @@ ArrayLikeF = Sequence[float] | NDArray[Any] | pd.Series
 __all__ = [
     "WhatIf", "layer_certification_means", "theorem1_audit",
     "theorem1_resampled", "theorem1_synthetic", "violation_upper_bound", "whatif",
-    "whatif_coverage", "whatif_summary",
+    "whatif_above_alpha", "whatif_coverage", "whatif_summary",
 ]
 
 
@@ -228,6 +228,21 @@ def whatif_summary(coverage: pd.DataFrame, alpha: float) -> list[str]:
                      f"best mean coverage {best['coverage_mean']:.3f} at n_cal = {int(best['n_cal'])}, "
                      f"population risk {best['risk_mean']:.3f}; draws violating α: {int(part['violations'].sum())}")
     return lines
+
+
+def whatif_above_alpha(coverage: pd.DataFrame, alpha: float) -> str:
+    """One sentence on §5.3's "a stratum above it receives no certified region" from a
+    :func:`whatif_coverage` table: the largest mean coverage certified in a simulated stratum whose
+    base error is above ``alpha``, or that none above ``alpha`` was certified."""
+    above = coverage[(coverage["base_error"] > alpha) & (coverage["coverage_mean"] > 0)]
+    if not len(above):
+        return (f"On this page no simulated stratum with a base error above α = {alpha:.2f} is certified, as §5.3 "
+                "says.")
+    best = above.loc[above["coverage_mean"].idxmax()]
+    return (f"On this page a simulated stratum with base error {best['base_error']:.3f}, above α = {alpha:.2f}, is "
+            f"certified at {best['coverage_mean']:.1%} mean coverage (calibration size {int(best['n_cal'])}): "
+            "a score that discriminates certifies the stratum's top, so §5.3's sentence holds for the whole "
+            "stratum (coverage 1 needs a base error at or below α), not for its top.")
 
 
 def theorem1_audit(rel: ReleaseLike, alphas: Sequence[float], dataset: str | None = None,

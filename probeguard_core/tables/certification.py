@@ -20,7 +20,7 @@ from probeguard_core import certify as C
 from probeguard_core.features import (
     first_round_agreement,
 )
-from probeguard_core.paper import beside_paper
+from probeguard_core.paper import beside_paper, reported_value
 from probeguard_core.scoring import pooled_layer_scores, stratum_scores
 from probeguard_core.tables.beside import check_entry
 from probeguard_core.tables.display import empty_table
@@ -28,9 +28,10 @@ from probeguard_core.tables.protocols import CellLike, ReleaseLike
 from probeguard_core.tables.scores import cell_records, cell_scores, per_cell
 
 __all__ = [
-    "Figure4", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8", "at_alphas",
+    "Figure4", "PAPER_LTT_ARMS", "SUMMARY_COLUMNS", "TABLE8_COLUMNS", "TABLE8_QUANTITIES", "Table8", "at_alphas",
     "certification_arms", "certification_inputs", "certification_long", "figure4",
     "specialty_breakdown", "specialty_label_counts", "stratified_summary", "table8", "uncertifiable",
+    "with_appendix_e",
 ]
 
 
@@ -273,6 +274,24 @@ class Figure4:
         )
 
 
+#: The Learn-then-Test arms the paper reports (§4.4), whose violation count Appendix E states: "0 of 50".
+PAPER_LTT_ARMS: tuple[str, ...] = ("global_ltt", "stratified_ltt", "stratified_ltt_augmented")
+
+
+def with_appendix_e(long: pd.DataFrame) -> pd.DataFrame:
+    """``long`` (a :func:`certification_long` table beside §4.4) with Appendix E's violation count
+    as the paper value of every ``violation_splits`` row of an arm the paper reports
+    (:data:`PAPER_LTT_ARMS`): "it is 0 of 50 for every Learn-then-Test arm reported" (Appendix E)."""
+    rows = (long["quantity"] == "violation_splits") & long["arm"].isin(PAPER_LTT_ARMS) & long["paper"].isna()
+    if not rows.any():
+        return long
+    out = long.copy()
+    out.loc[rows, "paper"] = reported_value(source="Appendix E", quantity="violation_splits")
+    out.loc[rows, "diff"] = out.loc[rows, "value"] - out.loc[rows, "paper"]
+    out.loc[rows, "unit"] = "count"
+    return out
+
+
 def figure4(rel: ReleaseLike, dataset: str | None = None, backbone: str | None = None,
             backbones: Sequence[str] | None = None, pooled_datasets: Sequence[str] | None = None,
             alphas: Sequence[float] = C.DEFAULT_ALPHAS, alpha: float = 0.15, n_splits: int = 50,
@@ -308,8 +327,8 @@ def figure4(rel: ReleaseLike, dataset: str | None = None, backbone: str | None =
     methods = at_alphas(arms, alphas)
     methods = methods[methods.stratum.isin(["S1", "all"])].reset_index(drop=True)
     sweep = methods[methods.arm == "stratified_ltt"].reset_index(drop=True)
-    long = beside_paper(certification_long(methods), on=["arm", "stratum", "alpha", "quantity"],
-                        source="§4.4", backbone=backbone, dataset=dataset)
+    long = with_appendix_e(beside_paper(certification_long(methods), on=["arm", "stratum", "alpha", "quantity"],
+                                        source="§4.4", backbone=backbone, dataset=dataset))
     # the paper's rule per backbone
     parts, skipped = [], []
     for b in backbones:

@@ -136,8 +136,10 @@ FIGURES: dict[str, FigureText] = {
         "Figure W.1",
         "Certified coverage of one simulated stratum against its calibration size (left, one line per base error "
         "rate) and against its base error rate (right, one line per calibration size); star: this release's own "
-        "layer; diamonds: the paper's §4.4 operating points (beyond the paper). A stratum whose error rate is "
-        "above α receives no certified region.",
+        "layer; diamonds: the paper's §4.4 operating points (beyond the paper). The paper says that "
+        "\"a stratum above it receives no certified region\" (§5.3: a stratum whose base error rate is above α); "
+        "certifying a whole stratum needs its base error at or below α, but a score that discriminates can "
+        "certify the top of a stratum above α (right panel, right of the dashed line).",
         "Two line charts of certified coverage: against calibration size on a log axis, one line per base error "
         "rate; and against base error rate, one line per calibration size, with a dashed line at α."),
     "drift_timeline": FigureText(

@@ -258,15 +258,24 @@ def _picked(rel: ReleaseLike, backbone: str | None, datasets: Sequence[str] | No
 def unanimous_layer_page(rel: ReleaseLike, datasets: Sequence[str] | None = None,
                          backbone: str | None = None) -> PageTables:
     """§4.3 from any release: :func:`unanimous_layer_table` of the primary backbone's benchmarks
-    beside the paper (``tables["unanimous_layer"]``), with a note on the artifacts it lacks."""
-    from probeguard_core.paper import beside_paper
+    beside the paper (``tables["unanimous_layer"]``; §4.3's numbers, and §1's "746" for the layer's
+    size on MedQA), with a note on the artifacts it lacks.  With ``datasets`` None the table adds
+    MedXpertQA when the release has it (§4.3's hard frontier); ``datasets`` stays Figure 3's design."""
+    from probeguard_core.tables.beside import beside_sources
     from probeguard_core.tables.display import absent_text
 
+    chosen = datasets
     backbone, datasets = _picked(rel, backbone, datasets, ["medqa", "mmlu_pro_med", "medmcqa"])
     cells = [rel.cell(d, backbone) for d in datasets]
+    # MedXpertQA, §4.3's hard frontier ("79.0% of those unanimous votes are wrong"), joins the
+    # layer table but stays outside Figure 3's design (the returned ``datasets``)
+    if chosen is None and "medxpertqa" not in datasets and rel.has_cell("medxpertqa", backbone):
+        cells.append(rel.cell("medxpertqa", backbone))
     why = absent_text(cells, {"probe": "the keep rate κ and z(κ)+z(RSE)", "nli": "RSE and z(κ)+z(RSE)",
                               "self_report": "P(True) and verbalized confidence"})
-    layer = beside_paper(unanimous_layer_table(cells), on=["backbone", "dataset", "quantity", "signal"], source="§4.3")
+    # the layer's size on MedQA is printed in §1 ("100 of 746 such votes"), the rest in §4.3
+    layer = beside_sources(unanimous_layer_table(cells), on=["backbone", "dataset", "quantity", "signal"],
+                           sources=[{"source": "§4.3"}, {"source": "§1"}])
     return PageTables(backbone, datasets, cells, {"unanimous_layer": layer}, [why] if why else [])
 
 
