@@ -233,3 +233,40 @@ def test_certification_values_are_the_section_4_4_pages(tiny: Path, tiny_ledger)
     # the largest coverage over α per split, averaged, is at least the largest of the per-α means
     assert t.at["global_ltt_certifies_nothing", "value"] >= max(
         page("global_ltt", "all", a, "coverage_mean") for a in (0.05, 0.10, 0.15, 0.20)) - 1e-12
+
+
+# --------------------------------------------------------------------------- once per release content
+@pytest.mark.parametrize("page", ["table5_fig5_all_signals", "unanimous_layer_fig3"])
+def test_page_lines_are_the_ledgers_rows_computed_once(tiny: Path, page: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page's verdict block (open_page's) is the ledger's rows for that page, whether computed
+    now (cache off), stored (first call) or read back (second call: the cache entries exist)."""
+    import pandas as pd
+
+    from probeguard_core.book.page import verdicts_html
+    from probeguard_core.ledger.evaluate import release_key
+    from probeguard_core.ledger.report import page_verdicts
+
+    rel = load_release(tiny)
+    claims = [c for c in load_claims() if c.page == page]
+    monkeypatch.setenv("PROBEGUARD_CACHE", "0")
+    direct = evaluate_release(rel, claims)
+    monkeypatch.setenv("PROBEGUARD_CACHE", "1")
+    monkeypatch.setenv("PROBEGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    stored = page_verdicts(rel, page)
+    entries = sorted((tmp_path / "cache" / "ledger-claim").glob("*.json"))
+    assert len(entries) == len(claims)
+    again = page_verdicts(rel, page)
+    assert sorted((tmp_path / "cache" / "ledger-claim").glob("*.json")) == entries  # nothing rebuilt
+    for t in (stored, again):
+        pd.testing.assert_frame_equal(t, direct, check_exact=True)
+        assert page_lines(t, page) == page_lines(direct, page)
+    assert verdicts_html(rel, page) == page_verdicts_html(direct, page, simulated=True)
+    # keyed by content: every artifact's sha256; a release loaded unverified is computed, never cached
+    from probeguard_core.release import sha256_file
+
+    key = release_key(rel)
+    assert key is not None
+    artifacts = {p.relative_to(tiny).as_posix(): sha256_file(p) for p in sorted(tiny.rglob("*.jsonl*"))}
+    assert artifacts and artifacts.items() <= key["files"].items()
+    assert release_key(load_release(tiny, verify=False)) is None
