@@ -80,6 +80,7 @@ def test_registry_covers_the_issue_and_names_real_pages() -> None:
 @pytest.mark.parametrize("edit, field", [
     (lambda c: c.pop("quote"), "field quote is missing"),
     (lambda c: c.update(kind="mean"), "field kind"),
+    (lambda c: c.update(mechanism="magic"), "field mechanism"),
     (lambda c: c.update(rule={"test": "bigger", "threshold": 0}), "field rule.test"),
     (lambda c: c.update(rule={"test": "greater", "threshold": "half"}), "field rule.threshold"),
     (lambda c: c.update(cells={"backbones": "some", "datasets": "all"}), "field cells.backbones"),
@@ -180,7 +181,8 @@ def test_scorecard_and_page_lines(tiny_ledger) -> None:
     assert lines[0][1].startswith("On this release: does not hold — sequence log-probability AUROC 0.")
     assert re.search(r"0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]", lines[0][1])
     block = page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=True)
-    assert 'data-claim="sequence_logprob_inverted"' in block and 'href="departures.html"' in block
+    assert 'data-claim="sequence_logprob_inverted"' in block
+    assert 'href="departures.html#mechanism-confidence-by-state"' in block
     assert "departures.html" not in page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=False)
     assert page_verdicts_html(tiny_ledger, "departures", simulated=True) == ""
 
@@ -270,3 +272,24 @@ def test_page_lines_are_the_ledgers_rows_computed_once(tiny: Path, page: str, tm
     artifacts = {p.relative_to(tiny).as_posix(): sha256_file(p) for p in sorted(tiny.rglob("*.jsonl*"))}
     assert artifacts and artifacts.items() <= key["files"].items()
     assert release_key(load_release(tiny, verify=False)) is None
+
+
+def test_every_fails_line_links_a_mechanism_on_the_departures_page(tiny: Path, tiny_ledger) -> None:
+    """On a simulated release each ``fails`` line links ``departures.html#<anchor>``, and that anchor
+    is an id of the departures page's mechanism list (:func:`tables.departures.caveats`); a real
+    release's caveats carry no mechanism list and its lines link none."""
+    from probeguard_core.tables.departures import MECHANISMS, caveats
+
+    page_text = caveats(tiny)
+    ids = set(re.findall(r'id="([^"]+)"', page_text))
+    assert ids == {f"mechanism-{k}" for k in MECHANISMS}
+    assert {c.mechanism for c in load_claims()} <= set(MECHANISMS)
+    n_fails = 0
+    for page in sorted(set(tiny_ledger["page"])):
+        block = page_verdicts_html(tiny_ledger, page, simulated=True)
+        for item in re.findall(r"<li [^>]*probeguard-verdict-fails[^>]*>.*?</li>", block):
+            n_fails += 1
+            hrefs = re.findall(r'href="departures\.html#([^"]+)"', item)
+            assert len(hrefs) == 1 and hrefs[0] in ids, item
+    assert n_fails == int((tiny_ledger["verdict"] == "fails").sum()) > 0
+    assert 'id="mechanism-' not in caveats(REAL)

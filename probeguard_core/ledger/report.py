@@ -16,7 +16,9 @@ import pandas as pd
 
 from probeguard_core.fileio import jsonable
 from probeguard_core.paper import display_label
+from probeguard_core.ledger.registry import load_claims
 from probeguard_core.ledger.verdict import EQUIVALENCE_MARGIN, VERDICTS
+from probeguard_core.tables.departures import MECHANISMS, mechanism_anchor
 
 __all__ = ["DEPARTURES_HREF", "LINE_WORDS", "claim_verdicts", "ledger_files", "page_lines", "page_verdicts",
            "page_verdicts_html", "scorecard", "scorecard_sentence"]
@@ -91,14 +93,17 @@ DEPARTURES_HREF = "departures.html"
 def page_verdicts_html(table: pd.DataFrame, page: str, simulated: bool) -> str:
     """The verdict lines of ``page`` as the HTML block shown under a result page's banner (empty
     when the page tests no claim); each names the claim's section and links the ledger page, and
-    on a simulated release a ``fails`` line links :data:`DEPARTURES_HREF`."""
+    on a simulated release a ``fails`` line links its claim's simulator mechanism on the
+    departures page (:data:`DEPARTURES_HREF` and the mechanism's anchor)."""
     lines = page_lines(table, page)
     if not lines:
         return ""
     sections = dict(zip(table["claim"], table["section"]))
+    mechanisms = {c.id: c.mechanism for c in load_claims()}
     items = []
     for (v, text), claim in zip(lines, table.loc[table["page"] == page, "claim"]):
-        extra = (f' <a href="{DEPARTURES_HREF}">why: the simulator departs here</a>'
+        extra = (f' <a href="{DEPARTURES_HREF}#{mechanism_anchor(mechanisms[claim])}">why: the simulator\'s '
+                 f"{html.escape(MECHANISMS[mechanisms[claim]][0][0].lower() + MECHANISMS[mechanisms[claim]][0][1:])}</a>"
                  if v == "fails" and simulated else "")
         items.append(f'<li class="probeguard-verdict probeguard-verdict-{v}" data-claim="{html.escape(claim)}">'
                      f"{html.escape(text)} <small>(the paper, {html.escape(sections[claim])})</small>{extra}</li>")
@@ -110,7 +115,6 @@ def page_verdicts(release: Any, page: str, n_splits: int | None = None) -> pd.Da
     """The ledger rows of the claims ``page`` tests, evaluated on ``release``
     (:func:`evaluate.evaluate_release` restricted to them)."""
     from probeguard_core.ledger.evaluate import N_SPLITS, evaluate_release
-    from probeguard_core.ledger.registry import load_claims
 
     claims = [c for c in load_claims() if c.page == page]
     return evaluate_release(release, claims, n_splits=N_SPLITS if n_splits is None else n_splits)
