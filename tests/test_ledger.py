@@ -178,8 +178,8 @@ def test_scorecard_and_page_lines(tiny_ledger) -> None:
     assert scorecard_sentence(card).startswith(f"On this release, {card['holds']} of {card['testable']} testable")
     lines = page_lines(tiny_ledger, "table5_fig5_all_signals")
     assert [v for v, _ in lines] == ["fails"]
-    assert lines[0][1].startswith("On this release: does not hold — sequence log-probability AUROC 0.")
-    assert re.search(r"0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]", lines[0][1])
+    assert lines[0][1].startswith("On this release the paper's claim does not hold: sequence log-probability AUROC 0.")
+    assert re.search(r"0\.\d{3}, 95 % interval 0\.\d{3} to 0\.\d{3} \(Qwen3-8B / MedQA\)\.$", lines[0][1])
     block = page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=True)
     assert 'data-claim="sequence_logprob_inverted"' in block
     assert 'href="departures.html#mechanism-confidence-by-state"' in block
@@ -293,3 +293,21 @@ def test_every_fails_line_links_a_mechanism_on_the_departures_page(tiny: Path, t
             assert len(hrefs) == 1 and hrefs[0] in ids, item
     assert n_fails == int((tiny_ledger["verdict"] == "fails").sum()) > 0
     assert 'id="mechanism-' not in caveats(REAL)
+
+
+def test_line_wording_names_size_and_reason() -> None:
+    """Undetermined lines say over how many questions (or split tests), untestable ones why."""
+    import pandas as pd
+
+    base = {"claim": "c", "section": "§4.2", "page": "p", "quote": "q", "backbone": "", "dataset": "",
+            "detail": "", "quantity": "keep-rate AUROC", "n": 1234, "value": 0.6, "ci_low": 0.45, "ci_high": 0.7,
+            "interval": "bootstrap over questions", "rule": "r", "test": "greater", "threshold": 0.5,
+            "verdict": "undetermined", "reason": ""}
+    t = pd.DataFrame([base, {**base, "verdict": "untestable", "reason": "the release has no probe records",
+                             "value": float("nan")},
+                      {**base, "verdict": "undetermined", "n": 50, "interval": "Clopper-Pearson exact 95 %"}])
+    (_, a), (_, b), (_, c) = page_lines(t, "p")
+    assert a.startswith("On this release the paper's claim cannot be decided at this size (1,234 questions): "
+                        "keep-rate AUROC 0.600, 95 % interval 0.450 to 0.700")
+    assert b.startswith("On this release the paper's claim cannot be tested here: the release has no probe records")
+    assert "(50 split tests)" in c

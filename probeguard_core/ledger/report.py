@@ -23,9 +23,11 @@ from probeguard_core.tables.departures import MECHANISMS, mechanism_anchor
 __all__ = ["DEPARTURES_HREF", "LINE_WORDS", "claim_verdicts", "ledger_files", "page_lines", "page_verdicts",
            "page_verdicts_html", "scorecard", "scorecard_sentence"]
 
-#: How a verdict reads under a caption.
-LINE_WORDS: dict[str, str] = {"holds": "holds", "fails": "does not hold", "undetermined": "cannot be decided",
-                              "untestable": "cannot be tested"}
+#: How a verdict reads under a caption (``undetermined`` is followed by the size, ``untestable``
+#: by the reason).
+LINE_WORDS: dict[str, str] = {"holds": "holds", "fails": "does not hold",
+                              "undetermined": "cannot be decided at this size",
+                              "untestable": "cannot be tested here"}
 
 
 def claim_verdicts(table: pd.DataFrame) -> pd.DataFrame:
@@ -67,10 +69,17 @@ def _num(x: float, percent: bool) -> str:
     return f"{100 * x:.1f} %" if percent else f"{x:.3f}"
 
 
+def _size(n: int, interval: str) -> str:
+    unit = "split tests" if interval.startswith("Clopper") else "questions"
+    return f"{n:,} {unit}"
+
+
 def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
-    """``(verdict, line)`` per tested claim and cell of ``page`` (the notebook name), e.g.
-    "On this release: holds — <quantity> 0.705 [0.671, 0.739] (<backbone> / <dataset>)"; an
-    untestable row says why. Rates, coverages and shares read as percentages."""
+    """``(verdict, line)`` per tested claim and cell of ``page`` (the notebook name), in words a
+    reader understands (:data:`LINE_WORDS`), e.g. "On this release the paper's claim holds:
+    <quantity> 0.705, 95 % interval 0.671 to 0.739 (<backbone> / <dataset>)."; an undetermined row
+    says over how many questions, an untestable row says why. Rates, coverages and shares read as
+    percentages."""
     rows = table[table["page"] == page]
     lines = []
     for r in rows.itertuples(index=False):
@@ -78,10 +87,12 @@ def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
                                        display_label("dataset", r.dataset) if r.dataset else "", r.detail) if x)
         percent = any(w in r.quantity for w in ("coverage", "risk", "share", "flip", "error rate"))
         if r.verdict == "untestable":
-            lines.append((r.verdict, f"On this release: cannot be tested — {r.quantity} ({where}): {r.reason}"))
+            lines.append((r.verdict, f"On this release the paper's claim {LINE_WORDS[r.verdict]}: {r.reason} "
+                                     f"({r.quantity}; {where})."))
             continue
-        lines.append((r.verdict, f"On this release: {LINE_WORDS[r.verdict]} — {r.quantity} {_num(r.value, percent)} "
-                                 f"[{_num(r.ci_low, percent)}, {_num(r.ci_high, percent)}] ({where})"))
+        words = LINE_WORDS[r.verdict] + (f" ({_size(int(r.n), r.interval)})" if r.verdict == "undetermined" else "")
+        lines.append((r.verdict, f"On this release the paper's claim {words}: {r.quantity} {_num(r.value, percent)}, "
+                                 f"95 % interval {_num(r.ci_low, percent)} to {_num(r.ci_high, percent)} ({where})."))
     return lines
 
 
