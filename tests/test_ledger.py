@@ -178,7 +178,7 @@ def test_scorecard_and_page_lines(tiny_ledger) -> None:
     assert scorecard_sentence(card).startswith(f"On this release, {card['holds']} of {card['testable']} testable")
     lines = page_lines(tiny_ledger, "table5_fig5_all_signals")
     assert [v for v, _ in lines] == ["fails"]
-    assert lines[0][1].startswith("On this release the paper's claim does not hold: sequence log-probability AUROC 0.")
+    assert lines[0][1].startswith("On this release the paper's claim does not hold: sequence log-probability AUROC is 0.")
     assert re.search(r"0\.\d{3}, 95 % interval 0\.\d{3} to 0\.\d{3} \(Qwen3-8B / MedQA\)\.$", lines[0][1])
     block = page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=True)
     assert 'data-claim="sequence_logprob_inverted"' in block
@@ -308,6 +308,6 @@ def test_line_wording_names_size_and_reason() -> None:
                       {**base, "verdict": "undetermined", "n": 50, "interval": "Clopper-Pearson exact 95 %"}])
     (_, a), (_, b), (_, c) = page_lines(t, "p")
     assert a.startswith("On this release the paper's claim cannot be decided at this size (1,234 questions): "
-                        "keep-rate AUROC 0.600, 95 % interval 0.450 to 0.700")
+                        "keep-rate AUROC is 0.600, 95 % interval 0.450 to 0.700")
     assert b.startswith("On this release the paper's claim cannot be tested here: the release has no probe records")
     assert "(50 split tests)" in c

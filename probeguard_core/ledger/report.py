@@ -66,7 +66,7 @@ def scorecard_sentence(card: Mapping[str, int]) -> str:
 def _num(x: float, percent: bool) -> str:
     if not math.isfinite(x):
         return "–"
-    return f"{100 * x:.1f} %" if percent else f"{x:.3f}"
+    return f"{100 * x:.1f}\u00a0%" if percent else f"{x:.3f}"  # a no-break space: "%" never wraps alone
 
 
 def _size(n: int, interval: str) -> str:
@@ -77,7 +77,7 @@ def _size(n: int, interval: str) -> str:
 def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
     """``(verdict, line)`` per tested claim and cell of ``page`` (the notebook name), in words a
     reader understands (:data:`LINE_WORDS`), e.g. "On this release the paper's claim holds:
-    <quantity> 0.705, 95 % interval 0.671 to 0.739 (<backbone> / <dataset>)."; an undetermined row
+    <quantity> is 0.705, 95 % interval 0.671 to 0.739 (<backbone> / <dataset>)."; an undetermined row
     says over how many questions, an untestable row says why. Rates, coverages and shares read as
     percentages."""
     rows = table[table["page"] == page]
@@ -91,7 +91,7 @@ def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
                                      f"({r.quantity}; {where})."))
             continue
         words = LINE_WORDS[r.verdict] + (f" ({_size(int(r.n), r.interval)})" if r.verdict == "undetermined" else "")
-        lines.append((r.verdict, f"On this release the paper's claim {words}: {r.quantity} {_num(r.value, percent)}, "
+        lines.append((r.verdict, f"On this release the paper's claim {words}: {r.quantity} is {_num(r.value, percent)}, "
                                  f"95 % interval {_num(r.ci_low, percent)} to {_num(r.ci_high, percent)} ({where})."))
     return lines
 
@@ -113,9 +113,8 @@ def page_verdicts_html(table: pd.DataFrame, page: str, simulated: bool) -> str:
     mechanisms = {c.id: c.mechanism for c in load_claims()}
     items = []
     for (v, text), claim in zip(lines, table.loc[table["page"] == page, "claim"]):
-        extra = (f' <a href="{DEPARTURES_HREF}#{mechanism_anchor(mechanisms[claim])}">why: the simulator\'s '
-                 f"{html.escape(MECHANISMS[mechanisms[claim]][0][0].lower() + MECHANISMS[mechanisms[claim]][0][1:])}</a>"
-                 if v == "fails" and simulated else "")
+        extra = (f' <a href="{DEPARTURES_HREF}#{mechanism_anchor(mechanisms[claim])}">why: the simulator mechanism '
+                 f"“{html.escape(MECHANISMS[mechanisms[claim]][0])}”</a>" if v == "fails" and simulated else "")
         items.append(f'<li class="probeguard-verdict probeguard-verdict-{v}" data-claim="{html.escape(claim)}">'
                      f"{html.escape(text)} <small>(the paper, {html.escape(sections[claim])})</small>{extra}</li>")
     return ('<div class="probeguard-verdicts"><p><strong>The paper\'s claims this page tests</strong> '
