@@ -575,7 +575,8 @@ def test_result_pages_show_a_verdict_line_per_claim(built: dict[str, Path], brow
         lines = block.locator("li[data-claim]")
         assert {lines.nth(i).get_attribute("data-claim") for i in range(lines.count())} == _claims_of(name), rel
         for i in range(lines.count()):
-            assert re.match(r"On this release: (holds|does not hold|cannot be decided|cannot be tested) — ",
+            assert re.match(r"On this release the paper's claim (holds|does not hold|cannot be decided at this size "
+                            r"\(\d[\d,]* (questions|split tests)\)|cannot be tested here): ",
                             lines.nth(i).inner_text()), rel
         page.context.close()
 

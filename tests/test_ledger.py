@@ -80,6 +80,7 @@ def test_registry_covers_the_issue_and_names_real_pages() -> None:
 @pytest.mark.parametrize("edit, field", [
     (lambda c: c.pop("quote"), "field quote is missing"),
     (lambda c: c.update(kind="mean"), "field kind"),
+    (lambda c: c.update(mechanism="magic"), "field mechanism"),
     (lambda c: c.update(rule={"test": "bigger", "threshold": 0}), "field rule.test"),
     (lambda c: c.update(rule={"test": "greater", "threshold": "half"}), "field rule.threshold"),
     (lambda c: c.update(cells={"backbones": "some", "datasets": "all"}), "field cells.backbones"),
@@ -177,10 +178,11 @@ def test_scorecard_and_page_lines(tiny_ledger) -> None:
     assert scorecard_sentence(card).startswith(f"On this release, {card['holds']} of {card['testable']} testable")
     lines = page_lines(tiny_ledger, "table5_fig5_all_signals")
     assert [v for v, _ in lines] == ["fails"]
-    assert lines[0][1].startswith("On this release: does not hold — sequence log-probability AUROC 0.")
-    assert re.search(r"0\.\d{3} \[0\.\d{3}, 0\.\d{3}\]", lines[0][1])
+    assert lines[0][1].startswith("On this release the paper's claim does not hold: sequence log-probability AUROC is 0.")
+    assert re.search(r"0\.\d{3}, 95 % interval 0\.\d{3} to 0\.\d{3} \(Qwen3-8B / MedQA\)\.$", lines[0][1])
     block = page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=True)
-    assert 'data-claim="sequence_logprob_inverted"' in block and 'href="departures.html"' in block
+    assert 'data-claim="sequence_logprob_inverted"' in block
+    assert 'href="departures.html#mechanism-confidence-by-state"' in block
     assert "departures.html" not in page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=False)
     assert page_verdicts_html(tiny_ledger, "departures", simulated=True) == ""
 
@@ -233,3 +235,79 @@ def test_certification_values_are_the_section_4_4_pages(tiny: Path, tiny_ledger)
     # the largest coverage over α per split, averaged, is at least the largest of the per-α means
     assert t.at["global_ltt_certifies_nothing", "value"] >= max(
         page("global_ltt", "all", a, "coverage_mean") for a in (0.05, 0.10, 0.15, 0.20)) - 1e-12
+
+
+# --------------------------------------------------------------------------- once per release content
+@pytest.mark.parametrize("page", ["table5_fig5_all_signals", "unanimous_layer_fig3"])
+def test_page_lines_are_the_ledgers_rows_computed_once(tiny: Path, page: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page's verdict block (open_page's) is the ledger's rows for that page, whether computed
+    now (cache off), stored (first call) or read back (second call: the cache entries exist)."""
+    import pandas as pd
+
+    from probeguard_core.book.page import verdicts_html
+    from probeguard_core.ledger.evaluate import release_key
+    from probeguard_core.ledger.report import page_verdicts
+
+    rel = load_release(tiny)
+    claims = [c for c in load_claims() if c.page == page]
+    monkeypatch.setenv("PROBEGUARD_CACHE", "0")
+    direct = evaluate_release(rel, claims)
+    monkeypatch.setenv("PROBEGUARD_CACHE", "1")
+    monkeypatch.setenv("PROBEGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    stored = page_verdicts(rel, page)
+    entries = sorted((tmp_path / "cache" / "ledger-claim").glob("*.json"))
+    assert len(entries) == len(claims)
+    again = page_verdicts(rel, page)
+    assert sorted((tmp_path / "cache" / "ledger-claim").glob("*.json")) == entries  # nothing rebuilt
+    for t in (stored, again):
+        pd.testing.assert_frame_equal(t, direct, check_exact=True)
+        assert page_lines(t, page) == page_lines(direct, page)
+    assert verdicts_html(rel, page) == page_verdicts_html(direct, page, simulated=True)
+    # keyed by content: every artifact's sha256; a release loaded unverified is computed, never cached
+    from probeguard_core.release import sha256_file
+
+    key = release_key(rel)
+    assert key is not None
+    artifacts = {p.relative_to(tiny).as_posix(): sha256_file(p) for p in sorted(tiny.rglob("*.jsonl*"))}
+    assert artifacts and artifacts.items() <= key["files"].items()
+    assert release_key(load_release(tiny, verify=False)) is None
+
+
+def test_every_fails_line_links_a_mechanism_on_the_departures_page(tiny: Path, tiny_ledger) -> None:
+    """On a simulated release each ``fails`` line links ``departures.html#<anchor>``, and that anchor
+    is an id of the departures page's mechanism list (:func:`tables.departures.caveats`); a real
+    release's caveats carry no mechanism list and its lines link none."""
+    from probeguard_core.tables.departures import MECHANISMS, caveats
+
+    page_text = caveats(tiny)
+    ids = set(re.findall(r'id="([^"]+)"', page_text))
+    assert ids == {f"mechanism-{k}" for k in MECHANISMS}
+    assert {c.mechanism for c in load_claims()} <= set(MECHANISMS)
+    n_fails = 0
+    for page in sorted(set(tiny_ledger["page"])):
+        block = page_verdicts_html(tiny_ledger, page, simulated=True)
+        for item in re.findall(r"<li [^>]*probeguard-verdict-fails[^>]*>.*?</li>", block):
+            n_fails += 1
+            hrefs = re.findall(r'href="departures\.html#([^"]+)"', item)
+            assert len(hrefs) == 1 and hrefs[0] in ids, item
+    assert n_fails == int((tiny_ledger["verdict"] == "fails").sum()) > 0
+    assert 'id="mechanism-' not in caveats(REAL)
+
+
+def test_line_wording_names_size_and_reason() -> None:
+    """Undetermined lines say over how many questions (or split tests), untestable ones why."""
+    import pandas as pd
+
+    base = {"claim": "c", "section": "§4.2", "page": "p", "quote": "q", "backbone": "", "dataset": "",
+            "detail": "", "quantity": "keep-rate AUROC", "n": 1234, "value": 0.6, "ci_low": 0.45, "ci_high": 0.7,
+            "interval": "bootstrap over questions", "rule": "r", "test": "greater", "threshold": 0.5,
+            "verdict": "undetermined", "reason": ""}
+    t = pd.DataFrame([base, {**base, "verdict": "untestable", "reason": "the release has no probe records",
+                             "value": float("nan")},
+                      {**base, "verdict": "undetermined", "n": 50, "interval": "Clopper-Pearson exact 95 %"}])
+    (_, a), (_, b), (_, c) = page_lines(t, "p")
+    assert a.startswith("On this release the paper's claim cannot be decided at this size (1,234 questions): "
+                        "keep-rate AUROC is 0.600, 95 % interval 0.450 to 0.700")
+    assert b.startswith("On this release the paper's claim cannot be tested here: the release has no probe records")
+    assert "(50 split tests)" in c

@@ -40,8 +40,8 @@ from probeguard_core.ledger.registry import Claim, load_claims
 from probeguard_core.ledger.verdict import verdict
 from probeguard_core.tables.protocols import ReleaseLike
 
-__all__ = ["COLUMNS", "EVALUATORS", "N_BOOT", "N_SPLITS", "Result", "Untestable", "evaluate_claim",
-           "evaluate_release"]
+__all__ = ["COLUMNS", "EVALUATORS", "LEDGER_CODE", "N_BOOT", "N_SPLITS", "Result", "Untestable", "evaluate_claim",
+           "evaluate_release", "release_key"]
 
 #: Bootstrap replicates of the question-level intervals.
 N_BOOT: int = 1000
@@ -463,5 +463,51 @@ def evaluate_release(rel: ReleaseLike, claims: Sequence[Claim] | None = None,
     in the registry's order; the certification claims over ``n_splits`` splits (Appendix E: 50)."""
     claims = load_claims() if claims is None else list(claims)
     ctx: dict[Any, Any] = {"n_splits": int(n_splits)}
-    rows = [r for c in claims for r in evaluate_claim(rel, c, ctx)]
+    key = release_key(rel)
+    rows = [r for c in claims for r in (evaluate_claim(rel, c, ctx) if key is None
+                                        else _cached_claim(rel, c, ctx, key))]
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+# --------------------------------------------------------------------------- once per release content
+#: The code a claim's rows depend on: the ledger, and the tables and scores its evaluators read
+#: (:data:`tables.scores.DERIVED_CODE`); a change to any of them invalidates every cached claim.
+LEDGER_CODE: tuple[str, ...] = ("probeguard_core.ledger.evaluate", "probeguard_core.ledger.registry",
+                                "probeguard_core.ledger.verdict", "probeguard_core.tables.unanimous",
+                                "probeguard_core.tables.method", "probeguard_core.tables.picking",
+                                "probeguard_core.tables.protocols", "probeguard_core.paper", "probeguard_core.certify")
+
+
+def release_key(rel: Any) -> dict[str, Any] | None:
+    """What a claim's rows on ``rel`` are keyed by in the artifact cache (:mod:`probeguard_core.cache`):
+    the release's name, provenance and the sha256 of every file :func:`release.load_release`
+    verified against the manifest. None (compute directly, cache nothing) for anything else: a
+    release loaded without verification, or a release-like object (e.g. a subset of questions)."""
+    verified = getattr(rel, "verified", None)
+    manifest = getattr(rel, "manifest", None)
+    if not isinstance(verified, dict) or not verified or not isinstance(manifest, dict):
+        return None
+    return {"release": str(manifest.get("name")), "provenance": str(manifest.get("provenance")),
+            "files": dict(sorted(verified.items()))}
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _cached_claim(rel: ReleaseLike, claim: Claim, ctx: dict[Any, Any], key: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`evaluate_claim`, once per content of the release, definition of the claim, number of
+    splits and code (:func:`cache.cached_json`): every page that shows the claim, the ledger page
+    and ``probeguard claims`` reuse the same rows. A cached row equals a computed one exactly
+    (JSON keeps every float's digits, NaN included)."""
+    from dataclasses import asdict
+
+    from probeguard_core import cache
+    from probeguard_core import features as F
+    from probeguard_core.tables.scores import DERIVED_CODE
+
+    key_doc = {**key, "claim": asdict(claim), "feature_registry": cache.file_sha256(F._default_registry_path()), "n_splits": ctx["n_splits"], "n_boot": N_BOOT,
+               "numpy": np.__version__, "code": cache.code_fingerprint(*DERIVED_CODE, *LEDGER_CODE)}
+    return cache.cached_json("ledger-claim", key_doc, lambda: evaluate_claim(rel, claim, ctx),
+                             lambda rows: [{k: _plain(v) for k, v in r.items()} for r in rows],
+                             lambda rows: [dict(r) for r in rows])

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from probeguard_core.ledger.verdict import TESTS
+from probeguard_core.tables.departures import MECHANISMS
 
 __all__ = ["CLAIMS_PATH", "KINDS", "Claim", "load_claims"]
 
@@ -24,7 +25,7 @@ CLAIMS_PATH: Path = Path(__file__).resolve().parent.parent / "data" / "paper_cla
 KINDS: tuple[str, ...] = ("auroc", "auroc_margin", "aurc_margin", "round_error_rise", "flip_asymmetry",
                           "arm_asymmetry", "certification", "violations", "hard_soft", "ablation")
 
-_FIELDS = ("id", "section", "page", "quote", "quantity", "kind", "params", "cells", "rule", "rule_text")
+_FIELDS = ("id", "section", "page", "mechanism", "quote", "quantity", "kind", "params", "cells", "rule", "rule_text")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class Claim:
     backbones: str | tuple[str, ...]
     datasets: str | tuple[str, ...]
     params: dict[str, Any] = field(default_factory=dict)
+    #: The simulator mechanism behind the claim's number on a simulated release (a key of
+    #: :data:`probeguard_core.tables.departures.MECHANISMS`).
+    mechanism: str = ""
 
 
 def _fail(path: Path, i: int, name: str, msg: str) -> ValueError:
@@ -77,7 +81,7 @@ def load_claims(path: str | Path | None = None) -> list[Claim]:
         for f in _FIELDS:
             if f not in c:
                 raise _fail(p, i, name, f"field {f} is missing")
-        for f in ("id", "section", "page", "quote", "quantity", "kind", "rule_text"):
+        for f in ("id", "section", "page", "mechanism", "quote", "quantity", "kind", "rule_text"):
             if not isinstance(c[f], str) or not c[f].strip():
                 raise _fail(p, i, name, f"field {f} must be a non-empty string")
         if c["id"] in seen:
@@ -85,6 +89,8 @@ def load_claims(path: str | Path | None = None) -> list[Claim]:
         seen.add(c["id"])
         if c["kind"] not in KINDS:
             raise _fail(p, i, name, f"field kind must be one of {KINDS}, got {c['kind']!r}")
+        if c["mechanism"] not in MECHANISMS:
+            raise _fail(p, i, name, f"field mechanism must be one of {sorted(MECHANISMS)}, got {c['mechanism']!r}")
         if not isinstance(c["params"], dict):
             raise _fail(p, i, name, "field params must be a mapping")
         rule, cells = c["rule"], c["cells"]
@@ -99,5 +105,6 @@ def load_claims(path: str | Path | None = None) -> list[Claim]:
                          quantity=c["quantity"], kind=c["kind"], rule_test=rule["test"], threshold=float(thr),
                          rule_text=c["rule_text"],
                          backbones=_selector(cells["backbones"], p, i, name, "backbones"),
-                         datasets=_selector(cells["datasets"], p, i, name, "datasets"), params=dict(c["params"])))
+                         datasets=_selector(cells["datasets"], p, i, name, "datasets"), params=dict(c["params"]),
+                         mechanism=c["mechanism"]))
     return out

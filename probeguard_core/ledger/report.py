@@ -16,14 +16,18 @@ import pandas as pd
 
 from probeguard_core.fileio import jsonable
 from probeguard_core.paper import display_label
+from probeguard_core.ledger.registry import load_claims
 from probeguard_core.ledger.verdict import EQUIVALENCE_MARGIN, VERDICTS
+from probeguard_core.tables.departures import MECHANISMS, mechanism_anchor
 
 __all__ = ["DEPARTURES_HREF", "LINE_WORDS", "claim_verdicts", "ledger_files", "page_lines", "page_verdicts",
            "page_verdicts_html", "scorecard", "scorecard_sentence"]
 
-#: How a verdict reads under a caption.
-LINE_WORDS: dict[str, str] = {"holds": "holds", "fails": "does not hold", "undetermined": "cannot be decided",
-                              "untestable": "cannot be tested"}
+#: How a verdict reads under a caption (``undetermined`` is followed by the size, ``untestable``
+#: by the reason).
+LINE_WORDS: dict[str, str] = {"holds": "holds", "fails": "does not hold",
+                              "undetermined": "cannot be decided at this size",
+                              "untestable": "cannot be tested here"}
 
 
 def claim_verdicts(table: pd.DataFrame) -> pd.DataFrame:
@@ -62,13 +66,20 @@ def scorecard_sentence(card: Mapping[str, int]) -> str:
 def _num(x: float, percent: bool) -> str:
     if not math.isfinite(x):
         return "–"
-    return f"{100 * x:.1f} %" if percent else f"{x:.3f}"
+    return f"{100 * x:.1f}\u00a0%" if percent else f"{x:.3f}"  # a no-break space: "%" never wraps alone
+
+
+def _size(n: int, interval: str) -> str:
+    unit = "split tests" if interval.startswith("Clopper") else "questions"
+    return f"{n:,} {unit}"
 
 
 def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
-    """``(verdict, line)`` per tested claim and cell of ``page`` (the notebook name), e.g.
-    "On this release: holds — <quantity> 0.705 [0.671, 0.739] (<backbone> / <dataset>)"; an
-    untestable row says why. Rates, coverages and shares read as percentages."""
+    """``(verdict, line)`` per tested claim and cell of ``page`` (the notebook name), in words a
+    reader understands (:data:`LINE_WORDS`), e.g. "On this release the paper's claim holds:
+    <quantity> is 0.705, 95 % interval 0.671 to 0.739 (<backbone> / <dataset>)."; an undetermined row
+    says over how many questions, an untestable row says why. Rates, coverages and shares read as
+    percentages."""
     rows = table[table["page"] == page]
     lines = []
     for r in rows.itertuples(index=False):
@@ -76,10 +87,12 @@ def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
                                        display_label("dataset", r.dataset) if r.dataset else "", r.detail) if x)
         percent = any(w in r.quantity for w in ("coverage", "risk", "share", "flip", "error rate"))
         if r.verdict == "untestable":
-            lines.append((r.verdict, f"On this release: cannot be tested — {r.quantity} ({where}): {r.reason}"))
+            lines.append((r.verdict, f"On this release the paper's claim {LINE_WORDS[r.verdict]}: {r.reason} "
+                                     f"({r.quantity}; {where})."))
             continue
-        lines.append((r.verdict, f"On this release: {LINE_WORDS[r.verdict]} — {r.quantity} {_num(r.value, percent)} "
-                                 f"[{_num(r.ci_low, percent)}, {_num(r.ci_high, percent)}] ({where})"))
+        words = LINE_WORDS[r.verdict] + (f" ({_size(int(r.n), r.interval)})" if r.verdict == "undetermined" else "")
+        lines.append((r.verdict, f"On this release the paper's claim {words}: {r.quantity} is {_num(r.value, percent)}, "
+                                 f"95 % interval {_num(r.ci_low, percent)} to {_num(r.ci_high, percent)} ({where})."))
     return lines
 
 
@@ -91,15 +104,17 @@ DEPARTURES_HREF = "departures.html"
 def page_verdicts_html(table: pd.DataFrame, page: str, simulated: bool) -> str:
     """The verdict lines of ``page`` as the HTML block shown under a result page's banner (empty
     when the page tests no claim); each names the claim's section and links the ledger page, and
-    on a simulated release a ``fails`` line links :data:`DEPARTURES_HREF`."""
+    on a simulated release a ``fails`` line links its claim's simulator mechanism on the
+    departures page (:data:`DEPARTURES_HREF` and the mechanism's anchor)."""
     lines = page_lines(table, page)
     if not lines:
         return ""
     sections = dict(zip(table["claim"], table["section"]))
+    mechanisms = {c.id: c.mechanism for c in load_claims()}
     items = []
     for (v, text), claim in zip(lines, table.loc[table["page"] == page, "claim"]):
-        extra = (f' <a href="{DEPARTURES_HREF}">why: the simulator departs here</a>'
-                 if v == "fails" and simulated else "")
+        extra = (f' <a href="{DEPARTURES_HREF}#{mechanism_anchor(mechanisms[claim])}">why: the simulator mechanism '
+                 f"“{html.escape(MECHANISMS[mechanisms[claim]][0])}”</a>" if v == "fails" and simulated else "")
         items.append(f'<li class="probeguard-verdict probeguard-verdict-{v}" data-claim="{html.escape(claim)}">'
                      f"{html.escape(text)} <small>(the paper, {html.escape(sections[claim])})</small>{extra}</li>")
     return ('<div class="probeguard-verdicts"><p><strong>The paper\'s claims this page tests</strong> '
@@ -110,7 +125,6 @@ def page_verdicts(release: Any, page: str, n_splits: int | None = None) -> pd.Da
     """The ledger rows of the claims ``page`` tests, evaluated on ``release``
     (:func:`evaluate.evaluate_release` restricted to them)."""
     from probeguard_core.ledger.evaluate import N_SPLITS, evaluate_release
-    from probeguard_core.ledger.registry import load_claims
 
     claims = [c for c in load_claims() if c.page == page]
     return evaluate_release(release, claims, n_splits=N_SPLITS if n_splits is None else n_splits)

@@ -39,12 +39,15 @@ import yaml
 __all__ = [
     "BOUNDED_UNITS",
     "INPUT_QUANTITIES",
+    "MECHANISMS",
     "Departures",
     "caveats",
     "collect",
     "departures",
     "display",
     "input_parameters",
+    "mechanism_anchor",
+    "mechanisms_markdown",
 ]
 
 #: Units whose numbers lie on a 0-1 scale: their departure is the absolute difference.
@@ -291,6 +294,61 @@ def display(d: Departures, role: str | None = None, top: int | None = None) -> A
         ["number", "in the paper", "ours", "paper", "Δ", "departs by", "role", "our table"], axis="columns")
 
 
+#: The simulator's mechanisms a claim of the paper rests on (``probeguard_core/simulate/params.yaml``
+#: names the parameters), one entry per anchor of the departures page (``#mechanism-<key>``);
+#: each claim of ``data/paper_claims.yaml`` names its entry (field ``mechanism``), so a claim that
+#: fails on a simulated release links the mechanism that produces the number.
+MECHANISMS: dict[str, tuple[str, str]] = {
+    "instructed-convergence": (
+        "Instructed convergence",
+        "Next-round votes follow the vote counts (mechanism.convergence_gamma) and are pulled each round "
+        "towards the question's attractor (mechanism.attractor_pull: gold when knowledge-backed, the "
+        "misconception otherwise), so the final agreement carries the latent state rather than being at chance."),
+    "rationale-mechanisms": (
+        "Rationales as discrete mechanisms, read by a stand-in NLI",
+        "A vote cites one of a few mechanism phrases (mechanism.knowledge_mechanism_rate, "
+        "misconception_reason_pool, uncertain_reason_pool) and the stand-in NLI scores shared and distinct "
+        "mechanisms from two Beta laws (nli_shared_beta, nli_distinct_beta), so RSE and the process score "
+        "separate the states more sharply than the paper's RSE."),
+    "confidence-by-state": (
+        "Token likelihood by state",
+        "A vote in the uncertain state, or off its question's attractor, is written with a higher per-token "
+        "negative log-likelihood (backbones.*.nll_per_token, nll_uncertain_factor), so sequence "
+        "log-probability follows correctness instead of being inverted."),
+    "probe-keep": (
+        "The counter-evidence probe's keep rate",
+        "A challenged consensus that holds is kept with a fixed probability per arm (mechanism.probe_hold_keep); "
+        "one that collapses is kept with a Beta-drawn probability (probe_collapse_keep_beta) and a re-answer "
+        "leaving it lands on the leading alternative (probe_switch_to_lead); flip rates per arm are inputs "
+        "(cells.*.flip_wrong and the control arms)."),
+    "error-by-round": (
+        "Error rate by concluding round (an input)",
+        "The error rate of each concluding round is given to the simulator (cells.*.error_by_round), so "
+        "agreement with Figure 2 proves nothing."),
+    "base-rates": (
+        "Unanimous share and error rate (inputs) with the simulated scores",
+        "The unanimous share and its error rate are given (cells.*.first_round_unanimity, "
+        "cells.*.unanimous_error); what Learn-then-Test certifies follows from them and from how sharply the "
+        "simulated scores (above) separate right from wrong, which is far more sharply than in the paper."),
+}
+
+
+def mechanism_anchor(key: str) -> str:
+    """The HTML id of mechanism ``key`` on the departures page (``mechanism-<key>``)."""
+    if key not in MECHANISMS:
+        raise KeyError(f"unknown simulator mechanism {key!r}; known: {sorted(MECHANISMS)}")
+    return f"mechanism-{key}"
+
+
+def mechanisms_markdown() -> str:
+    """The mechanisms as the departures page lists them, each a block with its anchor
+    (:func:`mechanism_anchor`) that a failing claim's verdict line links."""
+    import html
+
+    return "\n\n".join(f'<p id="{mechanism_anchor(k)}"><strong>{html.escape(title)}.</strong> '
+                        f"{html.escape(text)}</p>" for k, (title, text) in MECHANISMS.items())
+
+
 def caveats(release: str | Path) -> str:
     """The release DATASHEET's caveats (its section "What this release can and cannot show"), as
     Markdown; a note when the release has no DATASHEET or no such section."""
@@ -301,4 +359,17 @@ def caveats(release: str | Path) -> str:
     m = re.search(r"^## What this release can and cannot show\s*$(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
     if not m:
         return f"`{path.name}` has no section 'What this release can and cannot show'."
-    return m.group(1).strip()
+    text = m.group(1).strip()
+    if _provenance(Path(release)) == "simulated":  # the anchors a failing claim's verdict line links
+        text += ("\n\nThe simulator's mechanisms behind the paper's claims (a claim that does not hold on "
+                 "this release links the one that produces its number):\n\n" + mechanisms_markdown())
+    return text
+
+
+def _provenance(release: Path) -> str | None:
+    import json
+
+    try:
+        return str(json.loads((release / "manifest.json").read_text(encoding="utf-8")).get("provenance"))
+    except (OSError, ValueError, AttributeError):
+        return None
