@@ -55,3 +55,24 @@ def test_batched_greedy_matches_reference_tokens(engine):
 def test_batched_rejects_force_tag(engine):
     with pytest.raises(ValueError, match="batched engine"):
         engine.generate(_prompts(1), n=1, temperature=0.7, max_new_tokens=8, seed=1, force_tag=("<a>", "</a>"))
+
+
+def test_substrate_with_batched_engine_records_chunking_and_resumes(engine, tmp_path):
+    import json
+
+    from probeguard_core.pipeline.substrate import SubstrateConfig, run_substrate
+    from probeguard_core.questions import load_questions
+
+    qs = load_questions(tm.write_questions(tmp_path / "b.json", 5), dataset="medqa")
+    cfg = SubstrateConfig(dataset="medqa", backbone="tiny", n_candidates=2, max_rounds=1, max_new_tokens=12)
+    full = tmp_path / "full.jsonl"
+    run_substrate(qs, engine, None, full, cfg, batch_size=3, reproducible=True, progress=False)
+    run_cfg = json.loads((tmp_path / "full.run.json").read_text())
+    assert (run_cfg["batch_prompts"], run_cfg["batch_size"]) == (3, 3)
+    # a run stopped after its first chunk, then resumed: the same chunks, the same bytes
+    part = tmp_path / "part.jsonl"
+    run_substrate(qs[:3], engine, None, part, cfg, batch_size=3, reproducible=True, progress=False)
+    run_substrate(qs, engine, None, part, cfg, batch_size=3, reproducible=True, progress=False)
+    assert part.read_bytes() == full.read_bytes()
+    with pytest.raises(ValueError, match="different settings"):
+        run_substrate(qs, engine, None, full, cfg, batch_size=2, reproducible=True, progress=False)
