@@ -250,7 +250,7 @@ class TransformersEngine:
     is floating point: a prefill at batch 1 instead of n, and decode matmuls/attention over a
     batch with other prompts' (masked) padding, are not guaranteed bit-identical, so a
     log-prob can move in its last bits and, rarely, a near-tie sample can flip.
-    ``benchmarks/cpu_engine_fast_vs_generate.py`` measures how often; for byte-identical
+    ``benchmarks/engine_vs_generate.py`` times the paths; for byte-identical
     re-runs the same engine settings (``fast``, ``max_batch_rows``) and the same prompt
     chunking are what is needed, and then results do not depend on order or resumption.
 
