@@ -237,6 +237,7 @@ def test_nli_tiny_deberta(env, scripted):
     import torch
     r = by[("q0", 1)]
     enc = scorer.tokenizer([r.claims[0]], [r.claims[1]], truncation=True, max_length=256, return_tensors="pt")
+    enc = enc.to(scorer.net.device)  # the scorer may sit on CUDA (issue 26)
     with torch.inference_mode():
         p = torch.softmax(scorer.net(**enc).logits.float(), -1)[0]
     assert r.entailment[0][1] == pytest.approx(float(p[1]), abs=1e-5)

@@ -34,6 +34,8 @@ def _engine(args: argparse.Namespace):
             kw["max_model_len"] = args.max_model_len
     else:
         kw["device"] = args.device
+        if getattr(args, "batch_prompts", None) is not None:
+            kw["batch_prompts"] = args.batch_prompts
     return make_engine(args.engine, args.model, **kw)
 
 
@@ -62,7 +64,7 @@ def _substrate(args: argparse.Namespace) -> int:
                           query_max_new_tokens=args.query_max_new_tokens, seed=args.seed,
                           prompt_version=args.prompt_version, profile=args.profile)
     retriever = _retriever(args) if args.rounds > 1 else None
-    batch = args.batch_size or (64 if args.engine == "vllm" else 1)
+    batch = args.batch_size or (64 if args.engine == "vllm" else (args.batch_prompts or 1))
     out = run_substrate(questions, _engine(args), retriever, args.out, cfg, batch_size=batch,
                         reproducible=args.reproducible, progress=not args.no_progress)
     print(f"substrate: wrote {out}")
@@ -125,6 +127,10 @@ def _common(p: argparse.ArgumentParser, *, llm: bool) -> None:
     if llm:
         p.add_argument("--model", required=True, help="LLM name in the local HF cache, or a folder")
         p.add_argument("--engine", choices=["vllm", "transformers"], default="vllm")
+        p.add_argument("--batch-prompts", type=int, default=None,
+                       help="transformers: decode prompts in fixed chunks of this many, one batch (pipeline/batched.py; "
+                            "records reproducible for the same chunking, recorded in <out>.run.json); "
+                            "unset: batch-invariant decoding")
         p.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM: GPUs per model")
         p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM")
         p.add_argument("--max-model-len", type=int, default=None, help="vLLM context limit")

@@ -31,6 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .batched import decode_chunks, preallocated_layer
+
 __all__ = [
     "Engine",
     "Generation",
@@ -248,7 +250,7 @@ class TransformersEngine:
     is floating point: a prefill at batch 1 instead of n, and decode matmuls/attention over a
     batch with other prompts' (masked) padding, are not guaranteed bit-identical, so a
     log-prob can move in its last bits and, rarely, a near-tie sample can flip.
-    ``benchmarks/cpu_engine_fast_vs_generate.py`` measures how often; for byte-identical
+    ``benchmarks/engine_vs_generate.py`` times the paths; for byte-identical
     re-runs the same engine settings (``fast``, ``max_batch_rows``) and the same prompt
     chunking are what is needed, and then results do not depend on order or resumption.
 
@@ -278,12 +280,17 @@ class TransformersEngine:
     max_batch_rows: int = 32
     num_threads: int | None = None
     batch_invariant: bool = True
+    #: the batched engine (:mod:`.batched`): prompts decoded in fixed chunks of this many, one
+    #: batched sampling step; records reproducible for the same chunking.  None: the paths above
+    batch_prompts: int | None = None
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+        if self.batch_prompts is not None and self.batch_prompts < 1:
+            raise ValueError(f"batch_prompts must be None or >= 1, got {self.batch_prompts}")
         if self.max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {self.max_batch_rows}")
         if self.num_threads is not None:
@@ -368,6 +375,10 @@ class TransformersEngine:
             raise ValueError("force_tag needs the fast path (fast=True and a full-attention model)")
         if not fast:
             return [self._generate_reference(x, s, n, temperature, max_new_tokens, logprobs) for x, s in zip(ids, seeds)]
+        if self.batch_prompts is not None:
+            if force_tag is not None:
+                raise ValueError("force_tag is not supported by the batched engine (batch_prompts); leave it None")
+            return decode_chunks(self, ids, seeds, n, temperature, max_new_tokens, logprobs)
         script = None
         if force_tag is not None:
             opener = self.tokenizer(force_tag[0], add_special_tokens=False)["input_ids"]
@@ -465,7 +476,7 @@ class TransformersEngine:
                 (torch.cat([padded(kv[p][li][0], lens[p]) for p in range(q)]),
                  torch.cat([padded(kv[p][li][1], lens[p]) for p in range(q)]))
                 for li in range(n_layers)])
-            cache.layers = [_preallocated_layer(layer.keys, layer.values, max_new_tokens) for layer in cache.layers]
+            cache.layers = [preallocated_layer(layer.keys, layer.values, max_new_tokens) for layer in cache.layers]
             del kv
             mask = torch.zeros((q * n, lmax), dtype=torch.long, device=dev)
             for p, L in enumerate(lens):
@@ -595,47 +606,6 @@ class TransformersEngine:
             toks[r] = want
             state[r] += 1
         return torch.tensor(toks, dtype=nt.dtype, device=nt.device)
-
-
-def _preallocated_layer(keys: Any, values: Any, extra: int) -> Any:
-    """A full-attention cache layer holding ``keys``/``values`` (batch, heads, length, dim) in a
-    buffer with room for ``extra`` more positions, updated in place.
-
-    ``DynamicLayer.update`` concatenates, copying the whole cache at every decode step; on a CPU
-    with 16 rows of ~1,200 cached positions that copy costs more than the step's matmuls. The
-    layer exposes the filled prefix as ``keys``/``values`` views, so the model code and the mask
-    sizes see exactly what a ``DynamicLayer`` would.
-    """
-    from transformers.cache_utils import DynamicLayer
-
-    class _Preallocated(DynamicLayer):
-        def __init__(self) -> None:
-            super().__init__()
-            b, h, n, d = keys.shape
-            self._k = keys.new_empty((b, h, n + extra, d))
-            self._v = values.new_empty((b, h, n + extra, d))
-            self._k[:, :, :n], self._v[:, :, :n] = keys, values
-            self._n, self.dtype, self.device, self.is_initialized = n, keys.dtype, keys.device, True
-            self._view()
-
-        def _view(self) -> None:
-            self.keys, self.values = self._k[:, :, :self._n], self._v[:, :, :self._n]
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            m = key_states.shape[-2]
-            if self._n + m > self._k.shape[-2]:
-                raise RuntimeError(f"preallocated cache full ({self._k.shape[-2]} positions)")
-            self._k[:, :, self._n:self._n + m] = key_states
-            self._v[:, :, self._n:self._n + m] = value_states
-            self._n += m
-            self._view()
-            return self.keys, self.values
-
-        def select_rows(self, rows: Any) -> None:
-            self._k, self._v = self._k[rows], self._v[rows]
-            self._view()
-
-    return _Preallocated()
 
 
 # --------------------------------------------------------------------------------------------

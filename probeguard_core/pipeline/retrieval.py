@@ -69,9 +69,35 @@ def doc_text(title: str, content: str) -> str:
     return f"{title} {content}" if title.endswith((".", "?", "!")) else f"{title}. {content}"
 
 
-def _tokenize(texts: list[str]) -> list[list[str]]:
-    import bm25s
+def _bm25s() -> Any:
+    """The ``bm25s`` module, imported with JAX confined to the CPU (issue 26).
 
+    ``bm25s.selection`` runs a ``jax.lax.top_k`` call at import when JAX is installed, and JAX's
+    first call initialises its default backend: on a GPU machine that preallocates 75 % of the
+    GPU's memory (139 -> 34 GiB free on an H200), so a vLLM engine started afterwards cannot
+    start.  The index never uses JAX (scores come from ``BM25.get_scores``, top-k from numpy), so
+    JAX is imported here with ``JAX_PLATFORMS=cpu``, unless the user set ``JAX_PLATFORMS`` or
+    imported JAX before us (their choice stands).  The variable is removed again afterwards, so
+    child processes do not inherit it; JAX, once imported, keeps the platforms it read.
+    """
+    import os
+    import sys
+
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    confine = "jax" not in sys.modules and "JAX_PLATFORMS" not in os.environ
+    if confine:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    try:
+        import bm25s
+    finally:
+        if confine:
+            os.environ.pop("JAX_PLATFORMS", None)
+    return bm25s
+
+
+def _tokenize(texts: list[str]) -> list[list[str]]:
+    bm25s = _bm25s()
     return bm25s.tokenize(texts, stopwords=STOPWORDS, return_ids=False, show_progress=False)
 
 
@@ -86,7 +112,7 @@ class BM25Index:
     @classmethod
     def build(cls, docs: Iterable[Any]) -> BM25Index:
         """Index documents with ``.id``, ``.title``, ``.content`` (e.g. ``questions.load_corpus``)."""
-        import bm25s
+        bm25s = _bm25s()
 
         items: list[IndexedDoc] = []
         seen: set[str] = set()
@@ -118,7 +144,7 @@ class BM25Index:
 
     @classmethod
     def load(cls, folder: str | Path) -> BM25Index:
-        import bm25s
+        bm25s = _bm25s()
 
         folder = Path(folder)
         meta_path = folder / "meta.json"

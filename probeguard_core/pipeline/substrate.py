@@ -232,17 +232,25 @@ def run_substrate(
                "reranker": getattr(getattr(retriever, "reranker", None), "model", None),
                "index_sha256": getattr(getattr(retriever, "index", None), "corpus_sha256", None),
                "reproducible": reproducible, "top_k": sampling[0], "top_p": sampling[1]}
+    if getattr(engine, "batch_prompts", None) is not None:
+        # a batched engine's records depend on the chunking (pipeline/batched.py): record it
+        run_cfg.update(batch_prompts=engine.batch_prompts, batch_size=batch_size)
     check_run_config(out, run_cfg)
     sink = AppendOnlyJsonl(out, read_logs, key=lambda r: r.qid)
     todo = [q for q in questions if str(q.qid) not in sink.done]
     bar = tqdm(total=len(questions), initial=len(questions) - len(todo), desc="substrate", unit="q", disable=not progress)
-    for i in range(0, len(todo), batch_size):
-        states = _run_chunk(todo[i:i + batch_size], engine, retriever, config)
-        for s in states:  # input order
-            rec = _record(s, config, reproducible)
-            if reproducible:
+    # chunks are cut from the input order (not from what is left to do) and written in one write,
+    # so a resumed run decodes the same chunks as an uninterrupted one
+    for i in range(0, len(questions), batch_size):
+        chunk = [q for q in questions[i:i + batch_size] if str(q.qid) not in sink.done]
+        if not chunk:
+            continue
+        states = _run_chunk(chunk, engine, retriever, config)
+        recs = [_record(s, config, reproducible) for s in states]  # input order
+        if reproducible:
+            for s, rec in zip(states, recs):
                 append_cost(out, {"qid": rec.qid}, round(s.wall, 6), s.tokens)
-            sink.append([rec], keys=[rec.qid])
-            bar.update(1)
+        sink.append(recs, keys=[rec.qid for rec in recs])
+        bar.update(len(recs))
     bar.close()
     return Path(out)
