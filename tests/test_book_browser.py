@@ -187,8 +187,10 @@ _PROBE = r"""() => {
   const figures = [...art.querySelectorAll('img')].filter(i => !i.closest('.headerbtn, .navbar-brand, .sidebar-primary-items__start, .probeguard-downloads')).map(i => {
       const fig = i.closest('figure');
       const cap = fig ? fig.querySelector('figcaption') : null;
+      const raster = !/^data:image\/svg|\.svg(\?|#|$)/.test(i.getAttribute('src') || '');
       return {src: (i.getAttribute('src') || '').slice(-80), alt: i.getAttribute('alt') || '',
-              caption: cap ? cap.innerText.trim() : ''}; });
+              caption: cap ? cap.innerText.trim() : '', raster: raster, natural: i.naturalWidth,
+              shown: Math.round(i.getBoundingClientRect().width)}; });
   const text = art.innerText;
   return {links, tables, figures, rawMath: /\\\(|\\\[|\$\$/.test(text),
           mathNodes: art.querySelectorAll('.math').length, typeset: art.querySelectorAll('mjx-container').length};
@@ -299,6 +301,15 @@ def test_figures_have_captions_and_alt_text(request: pytest.FixtureRequest, visi
     bad = [f for f in info["figures"]
            if not f["caption"] or not f["alt"].strip() or re.search(r"\.(png|svg|jpe?g)\b|^[\w./-]+$", f["alt"].strip())]
     assert not bad, f"{rel}: figures without a caption or with a file name as alt text: {bad}"
+
+
+@pytest.mark.parametrize(("site", "rel", "width"), _page_params())
+def test_raster_figures_are_sharp_on_hidpi(visits: Any, site: str, rel: str, width: str) -> None:
+    """A PNG / JPEG figure has at least 2 image pixels per CSS pixel it is shown at (issue 23 pt 4)."""
+    info = _info(visits, site, rel, width)
+    soft = [{k: f[k] for k in ("src", "natural", "shown")} for f in info["figures"]
+            if f["raster"] and f["shown"] > 0 and f["natural"] < 2 * f["shown"]]
+    assert not soft, f"{rel} at {width}: raster figures under 2x their CSS width (soft on a HiDPI screen): {soft}"
 
 
 # --------------------------------------------------------------------------- navigation
