@@ -63,6 +63,10 @@ KNOWN_FAILING: dict[str, set[str]] = {
     # issue 9 item 4: figures without a caption or with a file name as alt text (none since
     # s3-book: every figure goes through tables.captioned)
     "figures_captioned": set(),
+    # issue 23 pt 3: a page wider than the phone window. book/method.html is 439 px wide at 390 px
+    # from an element not yet found (not its maths, tables or code: s9-style measured them)
+    "cut_off:laptop": set(),
+    "cut_off:phone": {"book/method.html"},
     # f-publish, issue 9 item 8: the header's .ipynb download points at a twin that is not in the build
     "header_buttons": set(),  # f-publish: the download button serves the executed notebook
 }
@@ -191,8 +195,22 @@ _PROBE = r"""() => {
       return {src: (i.getAttribute('src') || '').slice(-80), alt: i.getAttribute('alt') || '',
               caption: cap ? cap.innerText.trim() : '', raster: raster, natural: i.naturalWidth,
               shown: Math.round(i.getBoundingClientRect().width)}; });
+  // cut off: a table or pre block whose content runs past what is shown, with no scroll cue (the
+  // edge shadows of custom.css: a gradient background on the box that scrolls)
+  const cue = b => /gradient/.test(getComputedStyle(b).backgroundImage) && /auto|scroll/.test(getComputedStyle(b).overflowX);
+  const artRight = art.getBoundingClientRect().right;
+  const cut = [...art.querySelectorAll('table, pre')].filter(e => e.offsetParent !== null && !e.parentElement.closest('table, pre')).map(e => {
+      let box = null;
+      for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+        if (getComputedStyle(p).overflowX !== 'visible') { box = p; break; } }
+      const self = e.scrollWidth > e.clientWidth + 1 && !cue(e);
+      const inBox = box && box.scrollWidth > box.clientWidth + 1 && !cue(box);
+      const past = !box && e.getBoundingClientRect().right > artRight + 1;
+      return (self || inBox || past) ? {tag: e.tagName, width: e.scrollWidth, shown: box ? box.clientWidth : e.clientWidth,
+                                        head: (e.innerText || '').slice(0, 60)} : null; }).filter(x => x);
   const text = art.innerText;
-  return {links, tables, figures, rawMath: /\\\(|\\\[|\$\$/.test(text),
+  return {links, tables, figures, cut, pageWidth: document.documentElement.scrollWidth,
+          viewport: document.documentElement.clientWidth, rawMath: /\\\(|\\\[|\$\$/.test(text),
           mathNodes: art.querySelectorAll('.math').length, typeset: art.querySelectorAll('mjx-container').length};
 }"""
 
@@ -301,6 +319,17 @@ def test_figures_have_captions_and_alt_text(request: pytest.FixtureRequest, visi
     bad = [f for f in info["figures"]
            if not f["caption"] or not f["alt"].strip() or re.search(r"\.(png|svg|jpe?g)\b|^[\w./-]+$", f["alt"].strip())]
     assert not bad, f"{rel}: figures without a caption or with a file name as alt text: {bad}"
+
+
+@pytest.mark.parametrize(("site", "rel", "width"), _page_params())
+def test_nothing_is_cut_off(request: pytest.FixtureRequest, visits: Any, site: str, rel: str, width: str) -> None:
+    """Issue 23 pt 3: no page is wider than the window (390 px on a phone), and no table or code /
+    prompt block runs past what is shown unless its box scrolls with a visible cue."""
+    info = _info(visits, site, rel, width)
+    _known(request, f"cut_off:{width}", rel)
+    assert info["pageWidth"] <= info["viewport"], (
+        f"{rel} at {width}: the page is {info['pageWidth']} px wide in a {info['viewport']}-px window")
+    assert not info["cut"], f"{rel} at {width}: tables / pre blocks cut off without a scroll cue: {info['cut']}"
 
 
 @pytest.mark.parametrize(("site", "rel", "width"), _page_params())
