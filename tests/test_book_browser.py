@@ -63,6 +63,10 @@ KNOWN_FAILING: dict[str, set[str]] = {
     # issue 9 item 4: figures without a caption or with a file name as alt text (none since
     # s3-book: every figure goes through tables.captioned)
     "figures_captioned": set(),
+    # issue 23 pt 3: a page wider than the phone window. book/method.html is 439 px wide at 390 px
+    # from an element not yet found (not its maths, tables or code: s9-style measured them)
+    "cut_off:laptop": set(),
+    "cut_off:phone": {"book/method.html"},
     # f-publish, issue 9 item 8: the header's .ipynb download points at a twin that is not in the build
     "header_buttons": set(),  # f-publish: the download button serves the executed notebook
 }
@@ -75,14 +79,19 @@ if not CHROMIUM.exists():
                 allow_module_level=True)
 
 
-def _toc_pages() -> list[str]:
-    """Every page of the book (html path under the build), from ``_toc.yml``."""
+def _toc_pages(only: tuple[str, ...] | None = None) -> list[str]:
+    """The pages of the book (html paths under the build), from ``_toc.yml``: every page, or those
+    of a build of ``only`` these notebooks (the toc the build itself writes, ``_filtered_toc``)."""
     toc = yaml.safe_load((REPO / "_toc.yml").read_text(encoding="utf-8"))
+    if only is not None:
+        toc = bb._filtered_toc(toc, set(only))
     files = [toc["root"], *bb._toc_files(toc)]
     return [f.removesuffix(".md").removesuffix(".ipynb") + ".html" for f in files]
 
 
-PAGES = _toc_pages()
+#: The pages each site has: the small book's are those its filtered toc keeps (no check is generated
+#: for a page the small build does not contain); a full build has every page of ``_toc.yml``.
+SITE_PAGES: dict[str, list[str]] = {"small": _toc_pages(SMALL_BOOK), **({"full": _toc_pages()} if FULL else {})}
 
 
 # --------------------------------------------------------------------------- builds
@@ -182,10 +191,26 @@ _PROBE = r"""() => {
   const figures = [...art.querySelectorAll('img')].filter(i => !i.closest('.headerbtn, .navbar-brand, .sidebar-primary-items__start, .probeguard-downloads')).map(i => {
       const fig = i.closest('figure');
       const cap = fig ? fig.querySelector('figcaption') : null;
+      const raster = !/^data:image\/svg|\.svg(\?|#|$)/.test(i.getAttribute('src') || '');
       return {src: (i.getAttribute('src') || '').slice(-80), alt: i.getAttribute('alt') || '',
-              caption: cap ? cap.innerText.trim() : ''}; });
+              caption: cap ? cap.innerText.trim() : '', raster: raster, natural: i.naturalWidth,
+              shown: Math.round(i.getBoundingClientRect().width)}; });
+  // cut off: a table or pre block whose content runs past what is shown, with no scroll cue (the
+  // edge shadows of custom.css: a gradient background on the box that scrolls)
+  const cue = b => /gradient/.test(getComputedStyle(b).backgroundImage) && /auto|scroll/.test(getComputedStyle(b).overflowX);
+  const artRight = art.getBoundingClientRect().right;
+  const cut = [...art.querySelectorAll('table, pre')].filter(e => e.offsetParent !== null && !e.parentElement.closest('table, pre')).map(e => {
+      let box = null;
+      for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+        if (getComputedStyle(p).overflowX !== 'visible') { box = p; break; } }
+      const self = e.scrollWidth > e.clientWidth + 1 && !cue(e);
+      const inBox = box && box.scrollWidth > box.clientWidth + 1 && !cue(box);
+      const past = !box && e.getBoundingClientRect().right > artRight + 1;
+      return (self || inBox || past) ? {tag: e.tagName, width: e.scrollWidth, shown: box ? box.clientWidth : e.clientWidth,
+                                        head: (e.innerText || '').slice(0, 60)} : null; }).filter(x => x);
   const text = art.innerText;
-  return {links, tables, figures, rawMath: /\\\(|\\\[|\$\$/.test(text),
+  return {links, tables, figures, cut, pageWidth: document.documentElement.scrollWidth,
+          viewport: document.documentElement.clientWidth, rawMath: /\\\(|\\\[|\$\$/.test(text),
           mathNodes: art.querySelectorAll('.math').length, typeset: art.querySelectorAll('mjx-container').length};
 }"""
 
@@ -195,10 +220,10 @@ def visits(built: dict[str, Path], browser: Any) -> dict[tuple[str, str, str], d
     """Every page of every site at both widths, opened once: what the checks read."""
     out: dict[tuple[str, str, str], dict[str, Any]] = {}
     for site, html in _sites(built).items():
-        for rel in PAGES:
+        for rel in SITE_PAGES[site]:
             path = html / rel
             if not path.is_file():
-                continue
+                continue  # _info fails the checks of a page the build should have
             for wname, wh in WIDTHS.items():
                 page, log = _open(browser, path, wh)
                 info = page.evaluate(_PROBE)
@@ -209,16 +234,14 @@ def visits(built: dict[str, Path], browser: Any) -> dict[tuple[str, str, str], d
 
 
 def _page_params() -> list[Any]:
-    sites = ["small", *(["full"] if FULL else [])]
     return [pytest.param(site, rel, w, id=f"{site}:{rel.removeprefix('book/').removesuffix('.html')}:{w}")
-            for site in sites for rel in PAGES for w in WIDTHS]
+            for site, pages in SITE_PAGES.items() for rel in pages for w in WIDTHS]
 
 
 def _info(visits: dict[tuple[str, str, str], dict[str, Any]], site: str, rel: str, width: str) -> dict[str, Any]:
     key = (site, rel, width)
     if key not in visits:
-        pytest.skip(f"{rel} is not in the {site} build (the small book has {', '.join(SMALL_BOOK)} and the prose "
-                    "pages; set PROBEGUARD_BOOK_HTML=_build/html to check a full build)")
+        pytest.fail(f"{rel} is in the {site} build's table of contents but not in the build", pytrace=False)
     return visits[key]
 
 
@@ -296,6 +319,26 @@ def test_figures_have_captions_and_alt_text(request: pytest.FixtureRequest, visi
     bad = [f for f in info["figures"]
            if not f["caption"] or not f["alt"].strip() or re.search(r"\.(png|svg|jpe?g)\b|^[\w./-]+$", f["alt"].strip())]
     assert not bad, f"{rel}: figures without a caption or with a file name as alt text: {bad}"
+
+
+@pytest.mark.parametrize(("site", "rel", "width"), _page_params())
+def test_nothing_is_cut_off(request: pytest.FixtureRequest, visits: Any, site: str, rel: str, width: str) -> None:
+    """Issue 23 pt 3: no page is wider than the window (390 px on a phone), and no table or code /
+    prompt block runs past what is shown unless its box scrolls with a visible cue."""
+    info = _info(visits, site, rel, width)
+    _known(request, f"cut_off:{width}", rel)
+    assert info["pageWidth"] <= info["viewport"], (
+        f"{rel} at {width}: the page is {info['pageWidth']} px wide in a {info['viewport']}-px window")
+    assert not info["cut"], f"{rel} at {width}: tables / pre blocks cut off without a scroll cue: {info['cut']}"
+
+
+@pytest.mark.parametrize(("site", "rel", "width"), _page_params())
+def test_raster_figures_are_sharp_on_hidpi(visits: Any, site: str, rel: str, width: str) -> None:
+    """A PNG / JPEG figure has at least 2 image pixels per CSS pixel it is shown at (issue 23 pt 4)."""
+    info = _info(visits, site, rel, width)
+    soft = [{k: f[k] for k in ("src", "natural", "shown")} for f in info["figures"]
+            if f["raster"] and f["shown"] > 0 and f["natural"] < 2 * f["shown"]]
+    assert not soft, f"{rel} at {width}: raster figures under 2x their CSS width (soft on a HiDPI screen): {soft}"
 
 
 # --------------------------------------------------------------------------- navigation

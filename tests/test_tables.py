@@ -514,6 +514,14 @@ def test_captioned_writes_the_files_and_returns_one_numbered_figure(tmp_path: Pa
     assert "<strong>Figure 2.</strong>" in html and "Fig." not in html
     assert 'src="data:image/png;base64,' in html and "1 &lt; 2" in html
     assert f'alt="{tables.FIGURES["figure2"].alt}"' in html
+    # sharp on a HiDPI screen: the PNG has twice the pixels of the CSS width the page gives it
+    import re
+
+    from probeguard_core.book.outputs import png_size
+
+    png_w = png_size((tmp_path / "figure2.png").read_bytes())[0]
+    css_w = int(re.search(r'<img [^>]*width="(\d+)"', html).group(1))
+    assert png_w >= 2 * css_w - 1 and css_w > 300, (png_w, css_w)
     assert not plt.fignum_exists(fig.number), "captioned leaves the figure open (it would also show raw)"
     with pytest.raises(KeyError, match="no number"):
         tables.captioned(out, "not_a_figure", plt.figure())

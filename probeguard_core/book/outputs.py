@@ -35,6 +35,19 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+#: The dots per inch a figure is laid out at in the book (its CSS width: inches x CSS_DPI px) and the
+#: PNG's own: twice that, so every CSS pixel has 2 x 2 image pixels on a HiDPI (2x) screen.
+CSS_DPI = 110
+PNG_DPI = 2 * CSS_DPI
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height in pixels of a PNG (its IHDR chunk)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise ValueError("png_size: not a PNG")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
 class Outputs:
     """Write one notebook's tables, figures and headline numbers into ``output_dir``."""
 
@@ -49,11 +62,13 @@ class Outputs:
         return df
 
     def figure(self, name: str, fig: Any) -> Any:
-        """Save a matplotlib figure as ``<name>.png`` and ``<name>.svg`` with no timestamps."""
+        """Save a matplotlib figure as ``<name>.png`` (at :data:`PNG_DPI`, twice the :data:`CSS_DPI`
+        the book lays it out at, so it is sharp on a HiDPI screen) and ``<name>.svg``, with no
+        timestamps."""
         import matplotlib as mpl
 
         with mpl.rc_context({"svg.hashsalt": "probeguard", "svg.fonttype": "path"}):
-            fig.savefig(self.dir / f"{name}.png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+            fig.savefig(self.dir / f"{name}.png", dpi=PNG_DPI, bbox_inches="tight", metadata={"Software": None})
             fig.savefig(self.dir / f"{name}.svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
         return fig
 

@@ -30,7 +30,7 @@ __all__ = [
 
 #: Base font size (points) of the book's figures.
 FONT = 11
-#: The widest figure (inches): at the PNG's 110 dpi it is shown near its natural size in the
+#: The widest figure (inches): laid out at the book's 110 CSS px per inch it is shown near its natural size in the
 #: ~820-px article column, so an 11-point label reads at about 15 px.
 WIDTH = 8.0
 
@@ -152,13 +152,15 @@ FIGURES: dict[str, FigureText] = {
 }
 
 
-def figure_html(src: str, text: FigureText, extra: str = "", name: str = "") -> str:
+def figure_html(src: str, text: FigureText, extra: str = "", name: str = "", width: int | None = None) -> str:
     """A numbered, captioned HTML figure: ``<figure>`` with the image's alt text and a
     ``<figcaption>`` that starts with the figure's number (the only numbering: no Sphinx figure
-    node, so numfig adds no second "Fig. N")."""
+    node, so numfig adds no second "Fig. N"). ``width``: the image's CSS width in px (half a 2x
+    PNG's pixel width, so it stays sharp on a HiDPI screen; CSS still caps it at the column)."""
     ident = f' id="fig-{html.escape(name.replace("_", "-"))}"' if name else ""
     caption = text.caption + (" " + extra if extra else "")
-    return (f'<figure class="probeguard-figure"{ident}><img src="{src}" alt="{html.escape(text.alt)}">'
+    size = f' width="{int(width)}"' if width else ""
+    return (f'<figure class="probeguard-figure"{ident}><img src="{src}"{size} alt="{html.escape(text.alt)}">'
             f"<figcaption><strong>{html.escape(text.number)}.</strong> {html.escape(caption)}</figcaption></figure>")
 
 
@@ -172,6 +174,7 @@ def captioned(target: Any, name: str, fig: Any, extra: str = "") -> Any:
     import matplotlib.pyplot as plt
     from IPython.display import HTML
 
+    from probeguard_core.book.outputs import CSS_DPI, PNG_DPI, png_size
     from probeguard_core.tables.display import note
 
     if name not in FIGURES:
@@ -179,8 +182,10 @@ def captioned(target: Any, name: str, fig: Any, extra: str = "") -> Any:
     out = getattr(target, "out", target)
     out.figure(name, fig)
     plt.close(fig)
-    png = base64.b64encode((out.dir / f"{name}.png").read_bytes()).decode("ascii")
-    shown = figure_html(f"data:image/png;base64,{png}", FIGURES[name], extra, name)
+    data = (out.dir / f"{name}.png").read_bytes()
+    png = base64.b64encode(data).decode("ascii")
+    width = round(png_size(data)[0] * CSS_DPI / PNG_DPI)
+    shown = figure_html(f"data:image/png;base64,{png}", FIGURES[name], extra, name, width=width)
     missing = getattr(fig, "probeguard_missing", None)  # a placeholder: say why, visibly, above it
     return HTML((note(missing).data if missing else "") + shown)
 
@@ -349,6 +354,9 @@ def figure5_curves(scores: Mapping[tuple[str, str], pd.DataFrame], datasets: Seq
     return curves[["dataset", "signal", "coverage", "risk", "threshold", "n_answered"]]
 
 
+_DASHES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (3, 1)))
+
+
 def plot_figure5(curves: pd.DataFrame, backbone: str) -> Any:
     """Figure 5 from :func:`figure5_curves`: one chart of selective risk against coverage per
     benchmark (two per row), one line per signal, the process score thick."""
@@ -360,9 +368,15 @@ def plot_figure5(curves: pd.DataFrame, backbone: str) -> Any:
     with _rc():
         fig, axes = plt.subplots(nrow, ncol, figsize=(WIDTH, 3.4 * nrow + 0.8), squeeze=False, sharey=True)
         for ax, d in zip(axes.flat, shown):
-            for sig, g in curves[curves.dataset == d].groupby("signal", sort=False):
+            for k, (sig, g) in enumerate(curves[curves.dataset == d].groupby("signal", sort=False)):
+                # a signal with few distinct values (terminal agreement) has a curve of a few steps
+                # that other lines cover: every line has its own dash pattern, and a short curve
+                # marks its points and is drawn on top
+                few = len(g) <= 12
                 ax.step(g["coverage"], g["risk"], where="post", label=display_label("signal", sig),
-                        lw=2.4 if sig == "process_score" else 1.2)
+                        lw=2.4 if sig == "process_score" else 1.4,
+                        ls="-" if sig == "process_score" else _DASHES[k % len(_DASHES)],
+                        marker="o" if few else None, ms=4, zorder=4 if few else 2)
             ax.set(title=f"{display_label('dataset', d)} ({display_label('backbone', backbone)})", xlabel="coverage",
                    xlim=(0, 1))
         for ax in axes[:, 0]:
@@ -469,8 +483,10 @@ def plot_table7_deltas(deltas: pd.DataFrame) -> Any:
             ax.set_title(display_label("dataset", d))
             ax.set_xlabel("ΔAUROC vs full")
         axes[0][0].invert_yaxis()
-        axes[0][0].legend(frameon=False, fontsize=FONT - 2)
-        fig.tight_layout()
+        # the legend sits under the charts, never over a bar
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False)
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
