@@ -19,7 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from test_cli_certify import build_cell, certify_argv
+from test_fault_suite import one_error_line, run
+
 from probeguard_core import claims as C
+from probeguard_core import deploy
+from probeguard_core.cli import main
+from probeguard_core.deploy.certificate import READABLE_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = [ROOT / "data" / "simulated-v1" / "medqa" / "qwen3-8b",
@@ -34,16 +40,28 @@ OLD_SPAN = re.compile(r"<answer>.*?</answer>", re.IGNORECASE | re.DOTALL)
 TOKENS = ["<answer>", "</answer>", "<ANSWER>", "</Answer>", "<answer", "answer>", "</", "A", ". ", "\n", "x", "İ"]
 
 
-@pytest.mark.parametrize("cell", RELEASES, ids=lambda p: p.parts[-3])
-def test_claims_unchanged_on_the_shipped_releases(cell: Path) -> None:
+@pytest.fixture(scope="module")
+def cell(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_cell(tmp_path_factory.mktemp("cell"), n_s1=120, n_s2=80, n_s3=10)
+
+
+@pytest.fixture(scope="module")
+def cert_path(cell: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cert") / "o"
+    assert main([str(a) for a in certify_argv(cell, out, 0.2)]) == 0
+    return out / "certificate.json"
+
+
+@pytest.mark.parametrize("release_cell", RELEASES, ids=lambda p: p.parts[-3])
+def test_claims_unchanged_on_the_shipped_releases(release_cell: Path) -> None:
     """The NLI cache of each shipped release holds the claims the old extractor gave (joined by a
     space) for round 1: the new scan reproduces every one of a sample, and strips as the old pattern did."""
     logs = {}
-    for raw in gzip.decompress((cell / "logs.jsonl.gz").read_bytes()).splitlines()[:300]:
+    for raw in gzip.decompress((release_cell / "logs.jsonl.gz").read_bytes()).splitlines()[:300]:
         log = json.loads(raw)
         logs[log["qid"]] = log
     checked = tagged = 0
-    for raw in gzip.decompress((cell / "nli.jsonl.gz").read_bytes()).splitlines():
+    for raw in gzip.decompress((release_cell / "nli.jsonl.gz").read_bytes()).splitlines():
         rec = json.loads(raw)
         if rec["round"] != 1 or rec["qid"] not in logs:
             continue
@@ -77,3 +95,52 @@ def test_hostile_rationale_is_handled() -> None:
     rng = random.Random(42)
     mixed = "".join(rng.choice(TOKENS) for _ in range(200_000))
     assert C.strip_answer_tags(mixed) == OLD_SPAN.sub("", mixed)  # closes often: the old pattern is fast here
+
+
+# --------------------------------------------------------------------------------------------
+# 2. certificates: every accepted version self-checked; unknown versions refused; relabelling refused
+# --------------------------------------------------------------------------------------------
+
+def _edit_and_relabel(obj: dict, version: object) -> dict:
+    """Add a note (an edit the hashes catch) and change the version."""
+    obj = dict(obj, notes=[*obj["notes"], "edited after certification"])
+    obj["format_version"] = version
+    return obj
+
+
+@pytest.mark.parametrize("version", [0, 1, 3, 99, -1, "2", 2.0, True, None])
+def test_certificate_edited_and_relabelled_is_refused(version: object, cert_path: Path, cell: dict[str, Path],
+                                                      tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An edited version-2 certificate with its format_version changed up, down or to a non-integer:
+    refused by apply (down to 1 it would have skipped the hash check before issue 25)."""
+    obj = _edit_and_relabel(json.loads(cert_path.read_text()), version)
+    bad = tmp_path / "certificate.json"
+    bad.write_text(json.dumps(obj, indent=2))
+    before = bad.read_bytes()
+    dec = tmp_path / "d.csv"
+    rc, _, err = run(["apply", "--certificate", bad, "--logs", cell["logs"], "--probe", cell["probe"],
+                      "--nli", cell["nli"], "--out", dec], capsys)
+    assert rc == 2, err
+    line = one_error_line(err, "apply")
+    assert str(bad) in line and "format_version" in line, line
+    assert not dec.exists() and bad.read_bytes() == before
+
+
+@pytest.mark.parametrize("version", READABLE_VERSIONS)
+def test_every_readable_version_is_self_checked(version: int, cert_path: Path, tmp_path: Path) -> None:
+    """Each version the reader accepts recomputes its numbers: a lowered threshold is refused."""
+    obj = json.loads(cert_path.read_text())
+    if version == 1:
+        obj = {k: v for k, v in obj.items() if k not in ("field_sha256", "content_sha256", "tested_strata",
+                                                          "n_tested_strata")}
+        obj.update(format_version=1, certified_strata=json.loads(cert_path.read_text())["tested_strata"],
+                   n_certified_strata=json.loads(cert_path.read_text())["n_tested_strata"])
+        for s in obj["strata"]:
+            s["certified"] = s.pop("tested")
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(obj))
+    deploy.load_certificate(p)  # honest: read
+    next(s for s in obj["strata"] if s["threshold"] is not None)["threshold"] -= 0.5
+    p.write_text(json.dumps(obj))
+    with pytest.raises(deploy.DeployError, match=r"threshold' is"):
+        deploy.load_certificate(p)
