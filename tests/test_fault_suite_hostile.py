@@ -9,12 +9,14 @@ are those of :mod:`test_fault_suite`.  (Decompression bombs and line sizes: the 
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import random
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -144,3 +146,37 @@ def test_every_readable_version_is_self_checked(version: int, cert_path: Path, t
     p.write_text(json.dumps(obj))
     with pytest.raises(deploy.DeployError, match=r"threshold' is"):
         deploy.load_certificate(p)
+
+
+# --------------------------------------------------------------------------------------------
+# 7. decisions.csv opened in a spreadsheet: formula cells neutralised (OWASP)
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_decisions_csv_neutralises_formula_cells(start: str, cert_path: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    prefix = f"{start}HYPERLINK(\"http://x\")"
+    hostile = build_cell(tmp_path / "c", n_s1=12, n_s2=6, n_s3=2, qid_prefix=prefix)
+    raw = [json.loads(x)["qid"] for x in Path(hostile["logs"]).read_text().splitlines()]
+    assert all(q.startswith(start) for q in raw)
+    dec, jl = tmp_path / "d.csv", tmp_path / "d.jsonl"
+    for out in (dec, jl):
+        rc, _, err = run(["apply", "--certificate", cert_path, "--logs", hostile["logs"], "--probe", hostile["probe"],
+                          "--nli", hostile["nli"], "--out", out], capsys)
+        assert rc == 0, err
+    with dec.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["qid"] for r in rows] == [f"'{q}" for q in raw]
+    for r in rows:  # no other text cell starts a formula; numbers stay numbers
+        assert not any(v.startswith(("=", "+", "@", "\t", "\r")) for v in r.values()), r
+        if r["score"]:
+            float(r["score"])
+    assert [json.loads(x)["qid"] for x in jl.read_text().splitlines()] == raw  # JSON Lines: raw
+
+
+def test_neutralise_formulas_leaves_numbers_and_plain_text() -> None:
+    frame = pd.DataFrame({"qid": ["a", "=1+1", "-x", "b-c", "@me"], "score": [-0.5, 1.0, -2.0, 0.0, 3.0]})
+    out = deploy.apply.neutralise_formulas(frame)
+    assert out["qid"].tolist() == ["a", "'=1+1", "'-x", "b-c", "'@me"]
+    assert out["score"].tolist() == [-0.5, 1.0, -2.0, 0.0, 3.0]
+    assert frame["qid"].tolist()[1] == "=1+1"  # the input is not changed
