@@ -180,3 +180,82 @@ def test_neutralise_formulas_leaves_numbers_and_plain_text() -> None:
     assert out["qid"].tolist() == ["a", "'=1+1", "'-x", "b-c", "'@me"]
     assert out["score"].tolist() == [-0.5, 1.0, -2.0, 0.0, 3.0]
     assert frame["qid"].tolist()[1] == "=1+1"  # the input is not changed
+
+
+# --------------------------------------------------------------------------------------------
+# 4. converters: non-canonical question / round numbers, round 0, a 5,000-digit integer
+# --------------------------------------------------------------------------------------------
+
+MA_RAG = ROOT / "tests" / "fixtures" / "ma_rag"
+CONVERT_ARGS = ["--questions", str(MA_RAG / "MedQA_small.json"), "--dataset", "medqa", "--backbone", "Qwen/Qwen3-8B",
+                "--n-candidates", "3", "--max-rounds", "3"]
+
+
+def _without_progress(err: str) -> str:
+    """stderr less the converter's progress bar (tqdm redraws with carriage returns)."""
+    return "\n".join(x for x in err.replace("\r", "\n").splitlines() if x.strip() and "question/s" not in x)
+
+
+def _good_tree(tmp_path: Path) -> Path:
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(MA_RAG / "run_good", tree)
+    return tree
+
+
+def _question_dir(tree: Path) -> Path:
+    return next(p for p in sorted(tree.rglob("question_0")) if p.is_dir())
+
+
+CONVERTER_CASES = [
+    ("question_02_beside_question_2", lambda q: q.parent / "question_02",
+     lambda q, bad: __import__("shutil").copytree(q, bad), "leading zero"),
+    ("round_02_beside_round_2", lambda q: q / "round_02.jsonl",
+     lambda q, bad: bad.write_bytes((q / "round_1.jsonl").read_bytes()), "leading zero"),
+    ("round_0", lambda q: q / "round_0.jsonl",
+     lambda q, bad: bad.write_bytes((q / "round_1.jsonl").read_bytes()), "rounds are numbered from 1"),
+    ("question_5000_digits", lambda q: q.parent / ("question_" + "7" * 5000)[:250],
+     lambda q, bad: __import__("shutil").copytree(q, bad), "digits is too long"),
+]
+
+
+@pytest.mark.parametrize(("name", "where", "make", "reason"), CONVERTER_CASES, ids=[c[0] for c in CONVERTER_CASES])
+def test_converter_refuses_ambiguous_numbers(name: str, where, make, reason: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    tree = _good_tree(tmp_path)
+    q = _question_dir(tree)
+    bad = where(q)
+    make(q, bad)
+    out = tmp_path / "logs.jsonl"
+    rc, _, err = run(["convert", "ma-rag", "--tree", tree, *CONVERT_ARGS, "--out", out], capsys)
+    assert rc == 2, err
+    line = one_error_line(_without_progress(err), "convert")
+    assert f"{bad}: <record>: " in line and reason in line, line
+    assert not out.exists()
+
+
+def test_questions_file_with_a_5000_digit_integer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    questions = tmp_path / "benchmark.json"
+    questions.write_text('{"medqa": {"q1": {"question": "Q?", "options": {"A": "a", "B": "b"}, "answer": "A", '
+                         '"id": ' + "9" * 5000 + "}}}")
+    out = tmp_path / "logs.jsonl"
+    rc, _, err = run(["convert", "ma-rag", "--tree", _good_tree(tmp_path), "--questions", questions, "--dataset",
+                      "medqa", "--backbone", "m", "--out", out], capsys)
+    assert rc == 2, err
+    line = one_error_line(_without_progress(err), "convert")
+    assert f"{questions}: <record>: invalid JSON" in line and "digits" in line, line
+    assert not out.exists()
+
+
+def test_questions_file_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A deeply nested questions file: one line naming the file, no RecursionError traceback."""
+    questions = tmp_path / "benchmark.json"
+    questions.write_text('{"medqa": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    out = tmp_path / "logs.jsonl"
+    rc, _, err = run(["convert", "ma-rag", "--tree", _good_tree(tmp_path), "--questions", questions, "--dataset",
+                      "medqa", "--backbone", "m", "--out", out], capsys)
+    assert rc == 2, err
+    line = one_error_line(_without_progress(err), "convert")
+    assert f"{questions}: <record>: invalid JSON: nested too deeply" in line, line
+    assert not out.exists()
