@@ -259,3 +259,76 @@ def test_questions_file_nested_too_deeply(tmp_path: Path, capsys: pytest.Capture
     line = one_error_line(_without_progress(err), "convert")
     assert f"{questions}: <record>: invalid JSON: nested too deeply" in line, line
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# 3. release folders: every file against the manifest, nothing outside, strict JSON, provenance
+# --------------------------------------------------------------------------------------------
+
+def _tiny_release(tmp_path: Path, provenance: str = "simulated", generator: str = "probeguard_core.simulate") -> Path:
+    from helpers import make_log, write_records
+
+    from probeguard_core.release import write_manifest
+
+    root = tmp_path / "rel"
+    logs = [make_log([["A", "A"]], qid=f"q{i}", dataset="medqa", backbone="Qwen/Qwen3-8B") for i in range(3)]
+    write_records(root / "medqa" / "qwen3-8b" / "logs.jsonl", logs)
+    write_manifest(root, name="tiny", provenance=provenance, seed=42, extra={"generator": generator},
+                   cells=[{"dataset": "medqa", "backbone": "Qwen/Qwen3-8B", "path": "medqa/qwen3-8b"}])
+    return root
+
+
+def _manifest_edit(fn):
+    def edit(root: Path) -> Path:
+        m = root / "manifest.json"
+        obj = json.loads(m.read_text())
+        fn(obj, root)
+        m.write_text(json.dumps(obj))
+        return m
+    return edit
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _symlink_out(root: Path) -> Path:
+    outside = root.parent / "secret.txt"
+    outside.write_text("outside")
+    link = root / "medqa" / "notes.txt"
+    link.symlink_to(outside)
+    return link
+
+
+RELEASE_CASES = [
+    ("extra_file", lambda r: _write(r / "medqa" / "qwen3-8b" / "extra.txt", b"x"), "not listed in"),
+    ("missing_file", lambda r: (r / "medqa" / "qwen3-8b" / "logs.jsonl").unlink() or r / "manifest.json",
+     "logs.jsonl"),
+    ("dotdot_entry", _manifest_edit(lambda o, r: o["files"].update({"../outside.txt": "0" * 64})), "leaves the release"),
+    ("absolute_entry", _manifest_edit(lambda o, r: o["files"].update({"/etc/passwd": "0" * 64})), "leaves the release"),
+    ("dotdot_cell", _manifest_edit(lambda o, r: o["cells"][0].update(path="../rel/medqa/qwen3-8b")),
+     "leaves the release"),
+    ("symlink_out", _symlink_out, "a symlink pointing outside"),
+    ("duplicate_provenance", lambda r: _write(r / "manifest.json", (r / "manifest.json").read_bytes().replace(
+        b'"provenance": "simulated",', b'"provenance": "simulated", "provenance": "real",', 1)),
+     "provenance: duplicate key"),
+    ("not_utf8", lambda r: _write(r / "manifest.json", b"\xff" + (r / "manifest.json").read_bytes()), "not valid UTF-8"),
+    ("deep_nesting", lambda r: _write(r / "manifest.json", b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+     "nested too deeply"),
+    ("real_but_simulator", _manifest_edit(lambda o, r: o.update(provenance="real")), "contradicts generator"),
+]
+
+
+@pytest.mark.parametrize(("name", "break_", "reason"), RELEASE_CASES, ids=[c[0] for c in RELEASE_CASES])
+def test_validate_refuses_a_broken_release(name: str, break_, reason: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    root = _tiny_release(tmp_path)
+    assert run(["validate", root], capsys)[0] == 0
+    named = break_(root)
+    before = {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+    rc, out, err = run(["validate", root], capsys)
+    assert rc == 2, (out, err)
+    line = one_error_line(err, "validate")
+    assert str(named) in line and reason in line, line
+    assert {p: p.read_bytes() for p in before} == before
