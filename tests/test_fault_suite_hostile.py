@@ -332,3 +332,42 @@ def test_validate_refuses_a_broken_release(name: str, break_, reason: str, tmp_p
     line = one_error_line(err, "validate")
     assert str(named) in line and reason in line, line
     assert {p: p.read_bytes() for p in before} == before
+
+
+# --------------------------------------------------------------------------------------------
+# 8. the book's input: the release is validated before any notebook runs
+# --------------------------------------------------------------------------------------------
+
+BOOK_BREAKS = [
+    ("missing_cell_folder", lambda r: __import__("shutil").rmtree(r / "medqa" / "qwen3-8b"), "has no logs.jsonl"),
+    ("changed_artifact", lambda r: (r / "medqa" / "qwen3-8b" / "logs.jsonl").write_bytes(
+        (r / "medqa" / "qwen3-8b" / "logs.jsonl").read_bytes() + b"\n"), "sha256 differs from the manifest"),
+]
+
+
+def _snapshot(folder: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*")} if folder.exists() else {}
+
+
+@pytest.mark.parametrize(("name", "break_", "reason"), BOOK_BREAKS, ids=[b[0] for b in BOOK_BREAKS])
+def test_book_build_validates_the_release_first(name: str, break_, reason: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from probeguard_core.book import build
+
+    root = _tiny_release(tmp_path)
+    assert build.check_release(root) == root  # intact: accepted
+    break_(root)
+
+    def no_notebook(*a: object, **k: object) -> None:
+        raise AssertionError("a notebook ran before the release was validated")
+
+    monkeypatch.setattr(build, "run_notebooks", no_notebook)
+    generated = build.repo_root() / build.GENERATED
+    before = _snapshot(generated)
+    rc = build.main(["--release", str(root), "--no-html", "--no-pdf"])
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("book.build: error: ") and reason in lines[0], err
+    assert "Traceback" not in err and _snapshot(generated) == before
