@@ -371,3 +371,32 @@ def test_book_build_validates_the_release_first(name: str, break_, reason: str, 
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("book.build: error: ") and reason in lines[0], err
     assert "Traceback" not in err and _snapshot(generated) == before
+
+
+# --------------------------------------------------------------------------------------------
+# 6. text that cannot be written: a lone surrogate is refused at validate with file:line:field
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("field", "old", "new"), [
+    ("question", '"question": "', '"question": "\\ud800'),
+    ("rounds[0].candidates[1].rationale", '"rationale": "', '"rationale": "x\\udfff'),
+])
+def test_lone_surrogate_refused_at_validate(field: str, old: str, new: str, cell: dict[str, Path], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    lines = Path(cell["logs"]).read_text().splitlines(keepends=True)
+    line = lines[2]
+    if field.startswith("rounds"):
+        first = line.index(old)
+        at = line.index(old, first + 1)  # the second candidate's rationale
+    else:
+        at = line.index(old)
+    lines[2] = line[:at] + new + line[at + len(old):]
+    bad = tmp_path / "logs.jsonl"
+    bad.write_text("".join(lines))
+    before = bad.read_bytes()
+    rc, out, err = run(["validate", bad], capsys)
+    assert rc == 2, (out, err)
+    msg = one_error_line(err, "validate")
+    assert f"{bad}:3: {field}: a lone UTF-16 surrogate" in msg, msg
+    assert bad.read_bytes() == before
+    assert run(["validate", cell["logs"]], capsys)[0] == 0  # the honest file passes
