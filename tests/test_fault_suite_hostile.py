@@ -400,3 +400,40 @@ def test_lone_surrogate_refused_at_validate(field: str, old: str, new: str, cell
     assert f"{bad}:3: {field}: a lone UTF-16 surrogate" in msg, msg
     assert bad.read_bytes() == before
     assert run(["validate", cell["logs"]], capsys)[0] == 0  # the honest file passes
+
+
+# --------------------------------------------------------------------------------------------
+# 5. monitor: legal but suspicious input is warned about (exit 0), as apply notes
+# --------------------------------------------------------------------------------------------
+
+def _warnings(err: str) -> list[str]:
+    return [x for x in err.splitlines() if x.startswith("probeguard monitor: warning: ")]
+
+
+def test_monitor_warns_when_probe_and_nli_join_some_batches_only(cert_path: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    b0 = build_cell(tmp_path / "b0", n_s1=40, n_s2=20, n_s3=4, seed=7, qid_prefix="b0")
+    b1 = build_cell(tmp_path / "b1", n_s1=40, n_s2=20, n_s3=4, seed=8, qid_prefix="b1")
+    out = tmp_path / "m"
+    rc, _, err = run(["monitor", "--certificate", cert_path, "--out", out, "--logs", b0["logs"], "--logs", b1["logs"],
+                      "--probe", b0["probe"], "--nli", b0["nli"]], capsys)
+    assert rc in (0, 3), err
+    ws = _warnings(err)
+    assert len(ws) == 2 and "Traceback" not in err, err
+    assert ws[0].startswith(f"probeguard monitor: warning: --probe holds no record for batch(es) {b1['logs']}: ")
+    assert ws[1].startswith(f"probeguard monitor: warning: --nli holds no record for batch(es) {b1['logs']}: ")
+    rc, _, err = run(["monitor", "--certificate", cert_path, "--out", tmp_path / "m2", "--logs", b0["logs"],
+                      "--logs", b1["logs"], "--probe", b0["probe"], "--probe", b1["probe"], "--nli", b0["nli"],
+                      "--nli", b1["nli"]], capsys)
+    assert rc in (0, 3) and _warnings(err) == [], err  # every batch joined: no warning
+
+
+def test_monitor_warns_on_the_certificates_own_calibration_file(cell: dict[str, Path], cert_path: Path,
+                                                                tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(["monitor", "--certificate", cert_path, "--out", tmp_path / "m", "--logs", cell["logs"],
+                      "--probe", cell["probe"], "--nli", cell["nli"]], capsys)
+    assert rc in (0, 3), err
+    assert _warnings(err) == [f"probeguard monitor: warning: {cell['logs']}: logs: the same file (sha256) as the "
+                              "certificate's own calibration logs; monitoring it tests nothing new"], err
+    assert (tmp_path / "m" / "monitor.json").exists()
