@@ -46,8 +46,25 @@ from probeguard_core.questions import Question
 
 __all__ = ["convert_ma_rag_tree", "convert_ma_rag_question"]
 
-_QUESTION_DIR = re.compile(r"^question_(\d+)\Z")
-_ROUND_FILE = re.compile(r"^round_(\d+)\.jsonl\Z")
+# canonical numbers only (issue 25): ``question_02/`` beside ``question_2/`` (or ``round_02``
+# beside ``round_2``) would be one id twice, ``round_0`` is before the first round, and an id
+# of thousands of digits is no id; each is named with its reason
+_QUESTION_DIR = re.compile(r"^question_(0|[1-9]\d{0,17})\Z")
+_ROUND_FILE = re.compile(r"^round_([1-9]\d{0,5})\.jsonl\Z")
+_NUMBERED = re.compile(r"^(question|round)_(\d+)(\.jsonl)?\Z")
+
+
+def _number_reason(name: str) -> str | None:
+    """Why a ``question_<id>`` / ``round_<r>.jsonl`` name holds a number that is not canonical."""
+    m = _NUMBERED.match(name)
+    if m is None:
+        return None
+    digits = m.group(2)
+    if len(digits) > 1 and digits.startswith("0"):
+        return f"number {digits!r} has a leading zero ({m.group(1)}_{int(digits[:18])} would name the same one)"
+    if m.group(1) == "round" and set(digits) == {"0"}:
+        return "rounds are numbered from 1 (round_1.jsonl is the first)"
+    return f"number of {len(digits)} digits is too long"
 _ROUND_LOC = re.compile(r"^rounds\[(\d+)\](?:\.candidates\[(\d+)\])?")
 
 _Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -123,6 +140,8 @@ def _round_files(qdir: Path, max_rounds: int) -> list[Path]:
         m = _ROUND_FILE.match(f.name)
         if f.name.startswith("."):
             continue
+        if not m and (why := _number_reason(f.name)) is not None:
+            raise LogFormatError(f, None, None, why)
         if not m or not f.is_file():
             raise LogFormatError(f, None, None, "unexpected entry in an MA-RAG question folder (expected round_<r>.jsonl)")
         found[int(m.group(1))] = f
@@ -196,6 +215,8 @@ def _question_dirs(tree: Path) -> list[tuple[int, Path]]:
         if p.name.startswith("."):
             continue
         m = _QUESTION_DIR.match(p.name)
+        if not m and p.is_dir() and (why := _number_reason(p.name)) is not None:
+            raise LogFormatError(p, None, None, why)
         if not m or not p.is_dir():
             raise LogFormatError(p, None, None, "unexpected entry in an MA-RAG log tree (expected question_<id>/ folders)")
         out.append((int(m.group(1)), p))

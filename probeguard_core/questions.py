@@ -139,7 +139,14 @@ def _read_json(p: Path) -> Any:
     except json.JSONDecodeError as exc:
         reason = f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         raise LogFormatError(p, None, None, reason) from None
-    bad = _scan(data)
+    except RecursionError:  # issue 25: a deeply nested document, named instead of a traceback
+        raise LogFormatError(p, None, None, "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # issue 25: e.g. an integer of more than 4,300 digits
+        raise LogFormatError(p, None, None, f"invalid JSON: {exc}") from None
+    try:
+        bad = _scan(data)
+    except RecursionError:
+        raise LogFormatError(p, None, None, "invalid JSON: nested too deeply") from None
     if bad:
         raise LogFormatError(p, None, loc_to_field(bad[0]) or None, bad[1])
     return data

@@ -331,6 +331,60 @@ def _file_hashes(manifest: dict[str, Any], mpath: Path) -> dict[str, str]:
     return out
 
 
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Duplicate(k)
+        out[k] = v
+    return out
+
+
+def _read_manifest(mpath: Path) -> dict[str, Any]:
+    """``manifest.json`` parsed strictly (issue 25): UTF-8, no repeated key, bounded nesting;
+    every fault names the manifest."""
+    try:
+        text = mpath.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReleaseError(f"{mpath}: <file>: not valid UTF-8 (byte {exc.start})") from None
+    except OSError as exc:
+        raise ReleaseError(f"{mpath}: <file>: cannot read: {exc.strerror or exc}") from None
+    try:
+        manifest = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _Duplicate as exc:
+        raise ReleaseError(f"{mpath}: {exc.args[0]}: duplicate key (a JSON object names it twice)") from None
+    except json.JSONDecodeError as exc:
+        raise ReleaseError(f"{mpath}:{exc.lineno}: <record>: invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ReleaseError(f"{mpath}: <record>: invalid JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise ReleaseError(f"{mpath}: <record>: invalid JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise ReleaseError(f"{mpath}: expected a JSON object")
+    return manifest
+
+
+def _resolves_inside(root: Path, p: Path) -> bool:
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([real_root, os.path.realpath(p)]) == real_root
+
+
+def _inside(root: Path, relpath: Any, mpath: Path, field: str) -> str:
+    """``relpath`` if it names a place inside the release: relative, no ``..``, no symlink out."""
+    if not isinstance(relpath, str) or not relpath:
+        raise ReleaseError(f"{mpath}: {field}: must be a non-empty relative path, got {relpath!r}")
+    pure = Path(relpath)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise ReleaseError(f"{mpath}: {field}: {relpath!r} leaves the release (absolute path or '..')")
+    if not _resolves_inside(root, root / pure):
+        raise ReleaseError(f"{mpath}: {field}: {relpath!r} resolves outside the release (a symlink)")
+    return relpath
+
+
 def _discover_cells(root: Path) -> list[dict[str, str]]:
     """Cells of a manifest without a ``cells`` list: every ``<dataset>/<backbone-slug>/`` folder with logs.
 
@@ -364,16 +418,15 @@ def load_release(folder: str | os.PathLike[str], verify: bool = True) -> Release
     mpath = root / "manifest.json"
     if not mpath.exists():
         raise ReleaseError(f"{mpath}: no manifest.json; is {root} a release folder?")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ReleaseError(f"{mpath}: invalid JSON: {exc}") from None
-    if not isinstance(manifest, dict):
-        raise ReleaseError(f"{mpath}: expected a JSON object")
+    manifest = _read_manifest(mpath)
     _require(manifest, "name", mpath, str)
     prov = _require(manifest, "provenance", mpath, str)
     if prov not in ("simulated", "real"):
         raise ReleaseError(f"{mpath}: provenance must be 'simulated' or 'real', got {prov!r}")
+    generator = manifest.get("generator")
+    if prov == "real" and isinstance(generator, str) and generator.split(".")[:2] == ["probeguard_core", "simulate"]:
+        raise ReleaseError(f"{mpath}: provenance: 'real' contradicts generator {generator!r} (the simulator); "
+                           "a simulated release must say provenance 'simulated'")
     _require(manifest, "seed", mpath, int)
     files = _file_hashes(manifest, mpath)
     cells_spec = _require(manifest, "cells", mpath, list) if "cells" in manifest else _discover_cells(root)
@@ -384,11 +437,19 @@ def load_release(folder: str | os.PathLike[str], verify: bool = True) -> Release
         role = spec.get("role", "main")
         if role not in ROLES:
             raise ReleaseError(f"{mpath}: cells[{i}].role must be one of {ROLES}, got {role!r}")
-        cpath = root / spec["path"]
+        cpath = root / _inside(root, spec["path"], mpath, f"cells[{i}].path")
         if _artifact_path(cpath, "logs") is None:
             raise ReleaseError(f"{mpath}: cells[{i}] ({spec['path']}) has no logs.jsonl[.gz]")
         rel.cells.append(Cell(rel, spec["dataset"], spec["backbone"], cpath, role))
+    for relpath in files:
+        _inside(root, relpath, mpath, f"files[{relpath!r}]")
     if verify:
+        for p in sorted(root.rglob("*")):
+            if p.is_symlink() and not _resolves_inside(root, p):
+                raise ReleaseError(f"{p}: <file>: a symlink pointing outside the release {root}")
+            rel_p = p.relative_to(root).as_posix()
+            if p.is_file() and rel_p != "manifest.json" and rel_p not in files:
+                raise ReleaseError(f"{p}: <file>: artifact not listed in {mpath} (DESIGN 2.7: the sha256 of every file)")
         for relpath, digest in files.items():
             p = root / relpath
             if not p.exists():

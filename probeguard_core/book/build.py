@@ -61,6 +61,7 @@ __all__ = [
     "repo_root",
     "resolve",
     "resolve_release",
+    "check_release",
     "run_notebooks",
 ]
 
@@ -606,6 +607,18 @@ def _pdf(root: Path, html: Path, only: Sequence[str] | None) -> None:
     print(f"pdf: {time.perf_counter() - t0:.1f} s -> {out}", flush=True)
 
 
+def check_release(release: str | os.PathLike[str], root: Path | None = None) -> Path:
+    """Validate the book's input before any notebook runs (issue 25): the release's manifest,
+    every cell folder, the sha256 of every file and no file outside the manifest
+    (:func:`probeguard_core.release.load_release` with ``verify``).  A fault raises one
+    ``ValueError`` naming it (``book.build: error: ...``, exit 2), before ``book/_generated`` is touched."""
+    from probeguard_core.release import load_release
+
+    path = resolve_release(release, root)
+    load_release(path, verify=True)
+    return path
+
+
 # --------------------------------------------------------------------------- CLI
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m probeguard_core.book.build", description=__doc__.split("\n")[0])
@@ -625,6 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = repo_root()
         check_registry(root, strict=not args.only)
         release = resolve(args.release)
+        check_release(release, root)
         t0 = time.perf_counter()
         print(f"executing notebooks ({args.jobs} in parallel) on {release}", flush=True)
         results = run_notebooks(release, jobs=args.jobs, only=args.only, params=params, root=root)

@@ -27,6 +27,26 @@ OUTPUTS = ("monitor.json", "timeline.html", "timeline.png")
 RECAL_OUTPUTS = ("certificate.json", "report.html", "dossiers.jsonl")
 
 
+def _suspicious(cert: deploy.DeploymentCertificate, batches: list, args: argparse.Namespace) -> list[str]:
+    """Legal but suspicious input (issue 25), warned about with exit 0: a batch that is one of the
+    certificate's own calibration logs files (same sha256: it tests nothing new), and ``--probe`` /
+    ``--nli`` records that join some batches only (the others' unanimous, S1, questions get no
+    score and are not monitored, as ``apply`` notes)."""
+    out = []
+    calib = {f.get("sha256") for f in cert.inputs if f.get("role") == "logs"}
+    for b in batches:
+        if b.sha256 in calib:
+            out.append(f"{b.label}: logs: the same file (sha256) as the certificate's own calibration logs; "
+                       "monitoring it tests nothing new")
+    for flag, attr in (("--probe", "probe"), ("--nli", "nli")):
+        if getattr(args, attr):
+            bare = [b.label for b in batches if b.logs and not getattr(b, attr)]
+            if bare and len(bare) < len(batches):
+                out.append(f"{flag} holds no record for batch(es) {', '.join(bare)}: their unanimous (S1) questions "
+                           "have no score and are not monitored")
+    return out
+
+
 def _run(args: argparse.Namespace) -> int:
     from probeguard_core.deploy import monitor as MO
     from probeguard_core.deploy.dossier import build_dossiers, dossiers_bytes
@@ -43,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         cert = deploy.load_certificate(args.certificate)
         batches = MO.batches_from_files(args.logs, args.probe, args.nli)
+        warnings = _suspicious(cert, batches, args)
         result = MO.monitor(cert, batches, level=args.level)
         files = {
             out / "monitor.json": (json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n").encode("utf-8"),
@@ -63,6 +84,8 @@ def _run(args: argparse.Namespace) -> int:
         deploy.write_files_atomically(files)
     except deploy.DeployError as exc:
         raise UsageError(str(exc)) from None
+    for w in warnings:
+        print(f"probeguard monitor: warning: {w}", file=sys.stderr)
     print(f"monitored {result.n_questions} questions in {len(batches)} batches against alpha={result.alpha:g} "
           f"(level {result.level:g}, anytime-valid)")
     for row in result.summary().to_dict("records"):
@@ -84,8 +107,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--certificate", required=True, metavar="C", help="certificate.json written by `probeguard certify`")
     p.add_argument("--logs", action="append", required=True, metavar="L",
                    help="newly labelled logs, one batch per file, repeated in time order (gold = the clinician's label)")
-    p.add_argument("--probe", action="append", metavar="P", help="probe records for the new logs (repeatable)")
-    p.add_argument("--nli", action="append", metavar="N", help="NLI cache for the new logs (repeatable)")
+    p.add_argument("--probe", action="append", metavar="P", help="probe records for the new logs (repeatable); "
+                   "a warning when they join some batches only, or when a batch is the certificate's own "
+                   "calibration logs file (exit 0: legal but suspicious)")
+    p.add_argument("--nli", action="append", metavar="N", help="NLI cache for the new logs (repeatable); "
+                   "a warning when it joins some batches only")
     p.add_argument("--level", type=float, default=0.05,
                    help="false-alarm probability of the whole stream, in (0, 1) (default 0.05)")
     p.add_argument("--recalibrate-window", type=int, metavar="W",

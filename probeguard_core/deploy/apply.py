@@ -31,7 +31,8 @@ from probeguard_core.deploy.scores import base_table, frozen_s1_scores, stratum_
 from probeguard_core.features import is_correct
 from probeguard_core.fileio import jsonable
 
-__all__ = ["DECISION_COLUMNS", "REASONS", "apply_certificate", "calibration_table", "decisions_bytes", "write_decisions"]
+__all__ = ["DECISION_COLUMNS", "FORMULA_STARTS", "REASONS", "apply_certificate", "calibration_table", "decisions_bytes",
+           "neutralise_formulas", "write_decisions"]
 
 #: The columns of a decision table, in order.
 DECISION_COLUMNS = [
@@ -139,12 +140,31 @@ def calibration_table(
     return table
 
 
+#: What makes a spreadsheet evaluate a cell (OWASP, "CSV Injection"): a text cell starting with
+#: one of these is written with a single quote in front.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` whose text cells a spreadsheet would evaluate start with ``'`` (issue 25).
+
+    The OWASP rule for CSV injection: a qid such as ``=HYPERLINK(...)`` would otherwise run as a
+    formula when a clinician opens ``decisions.csv``.  Only text columns are touched;
+    numbers (a negative score) are written as numbers.  The JSON Lines output stays raw.
+    """
+    out = frame.copy()
+    for col in out.columns:
+        if not (pd.api.types.is_numeric_dtype(out[col]) or pd.api.types.is_bool_dtype(out[col])):
+            out[col] = [f"'{v}" if isinstance(v, str) and v.startswith(FORMULA_STARTS) else v for v in out[col]]
+    return out
+
+
 def decisions_bytes(table: pd.DataFrame, path: str | os.PathLike[str]) -> bytes:
     """Serialize a decision table as CSV (``.csv``) or JSON Lines (``.jsonl``)."""
     name = Path(path).name
     cols = [c for c in DECISION_COLUMNS if c in table.columns]
     if name.endswith(".csv"):
-        return table[cols].to_csv(index=False, lineterminator="\n").encode("utf-8")
+        return neutralise_formulas(table[cols]).to_csv(index=False, lineterminator="\n").encode("utf-8")
     if name.endswith(".jsonl"):
         lines = []
         for rec in table[cols].to_dict("records"):

@@ -283,6 +283,8 @@ _REQUIRED: dict[str, Any] = {
 }
 _REQUIRED_V2: dict[str, Any] = {"tested_strata": list, "n_tested_strata": int, "n_certified_strata": int,
                                 "field_sha256": dict, "content_sha256": str}
+#: Fields that only format 2 writes (their presence in a format-1 certificate is a downgrade).
+_V2_ONLY = ("tested_strata", "field_sha256", "content_sha256")
 _STRATUM_FIELDS: dict[str, Any] = {
     "name": str, "base_stratum": str, "n": int, "n_scored": int, "n_errors": int, "status": str,
     "n_answered": int, "n_answered_errors": int, "grid": list,
@@ -317,6 +319,15 @@ def _check_structure(obj: Any, where: str) -> None:
     required = dict(_REQUIRED)
     if obj.get("format_version") == 2:
         required.update(_REQUIRED_V2)
+    elif obj.get("format_version") == 1:
+        # issue 25: a version-2 certificate relabelled 1 would skip the hash check; a format-1
+        # certificate never held a field that format 2 introduced, so one present is a downgrade
+        later = sorted(k for k in (*_V2_ONLY, "n_tested_strata") if k in obj)
+        later += [f"strata[{i}].tested" for i, st in enumerate(obj.get("strata") or [])
+                  if isinstance(st, dict) and "tested" in st]
+        if later:
+            raise _fail(where, "format_version", f"is 1 but the certificate holds {later[0]!r}, a field of "
+                        "format 2: a version-2 certificate relabelled to skip its hash check is refused")
     for key, typ in required.items():
         if key not in obj:
             raise CertificateError(f"{where}: missing field {key!r}")
