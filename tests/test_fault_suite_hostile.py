@@ -350,7 +350,7 @@ def _snapshot(folder: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(("name", "break_", "reason"), BOOK_BREAKS, ids=[b[0] for b in BOOK_BREAKS])
-def test_book_build_validates_the_release_first(name: str, break_, reason: str, tmp_path: Path,
+def test_building_the_book_validates_the_release_first(name: str, break_, reason: str, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from probeguard_core.book import build
