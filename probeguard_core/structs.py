@@ -5,60 +5,29 @@ fast (issue 24).
 names, order, types and bounds (``ge``, ``le``, ``min_length``, ``max_length``; strict types and
 finite numbers are msgspec's JSON behaviour), so a record type is never written twice; an
 annotation or constraint without a msgspec equivalent stops the import instead of loosening the
-struct.  The structs answer the pydantic calls that callers make on a record
-(``model_dump``, ``model_copy``, ``model_extra``, ``==`` with the model).
+struct.  :func:`model_builder` turns a decoded struct whose rules have all been checked into the model
+itself without re-validation, so a reader returns the models that DESIGN section 3 names.
 :mod:`probeguard_core.logs` derives the structs of its records here and applies their rules.
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import annotated_types
 import msgspec
 from pydantic import BaseModel, Strict
 from pydantic.fields import FieldInfo
 
-__all__ = ["StructRecord", "struct_of"]
+__all__ = ["StructRecord", "model_builder", "struct_of"]
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class StructRecord(msgspec.Struct, gc=False):
-    """Base of the derived structs: the pydantic calls that callers make on a read record."""
-
-    @property
-    def model_extra(self) -> dict[str, Any]:
-        """Always empty: a reader returns the model itself for a record with fields beyond the model's."""
-        return {}
-
-    def model_dump(self, mode: str = "python", exclude: set[str] | None = None) -> dict[str, Any]:
-        """The record as plain values, as :meth:`pydantic.BaseModel.model_dump` gives them."""
-        out = msgspec.to_builtins(self, enc_hook=_model_builtins)
-        for name in exclude or ():
-            out.pop(name, None)
-        return out
-
-    def model_copy(self, update: dict[str, Any] | None = None) -> Any:
-        """A copy with ``update`` applied (not validated, as in pydantic)."""
-        return msgspec.structs.replace(self, **(update or {}))
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to its pydantic model when both hold the same values (and no extra field)."""
-        if isinstance(other, BaseModel):
-            return type(self) is _STRUCTS.get(type(other)) and self.model_dump() == other.model_dump()
-        if type(other) is not type(self):
-            return NotImplemented
-        return msgspec.structs.astuple(self) == msgspec.structs.astuple(other)  # type: ignore[arg-type]
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, as the pydantic models
-
-
-def _model_builtins(obj: Any) -> Any:
-    """A pydantic record placed inside a struct (``model_copy(update={"cost": Cost(...)})``)."""
-    if isinstance(obj, BaseModel):
-        return obj.model_dump(mode="json")
-    raise TypeError(f"cannot write a {type(obj).__name__} in a record")
+    """Base of the derived structs (what the readers decode into before building the models)."""
 
 
 def _meta(items: Iterable[Any]) -> list[Any]:
@@ -117,3 +86,65 @@ def struct_of(model: type[BaseModel], module: str, extra: Sequence[tuple[str, An
         _STRUCTS[model] = msgspec.defstruct(f"{model.__name__}Struct", [*fields, *extra], bases=(StructRecord,),
                                             module=module, gc=False, omit_defaults=True)
     return _STRUCTS[model]
+
+
+def _nested_model(tp: Any) -> tuple[bool, type[BaseModel]] | None:
+    """(is a list, model) when the annotation holds a model: ``M``, ``M | None`` or ``list[M]``."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        return _nested_model(args[0])
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return False, tp
+    inner = [n for n in map(_nested_model, args) if n is not None]
+    if not inner:
+        return None
+    if origin in (Union, types.UnionType) and len(inner) == 1 and not inner[0][0]:
+        return inner[0]
+    if origin is list and len(inner) == 1 and not inner[0][0]:
+        return True, inner[0][1]
+    raise TypeError(f"no model construction for the type {tp!r}")
+
+
+def model_builder(model: type[_M]) -> Callable[[Any], _M]:
+    """A function turning a struct of :func:`struct_of` (every rule already applied) into the model
+    itself, built without re-validation, as :meth:`pydantic.BaseModel.model_construct` does
+    (``__dict__``, ``__pydantic_fields_set__``, ``__pydantic_extra__`` set directly), bottom-up
+    for nested models.  The fields set are those present in the struct's encoding (required, or
+    not at their default), the struct's ``extra`` fields not at their default become the model's
+    extra fields: so ``model_dump(exclude_unset=True)`` and :func:`~probeguard_core.logs.write_jsonl`
+    give back the decoded line."""
+    struct = struct_of(model, model.__module__)
+    names = struct.__struct_fields__
+    n_model = len(model.model_fields)
+    defaults = struct.__struct_defaults__  # of the last fields, in order
+    first_default = len(names) - len(defaults)
+    convert: list[tuple[int, bool, Callable[[Any], Any]]] = []
+    for i, info in enumerate(model.model_fields.values()):
+        nested = _nested_model(info.annotation)
+        if nested is not None:
+            convert.append((i, nested[0], model_builder(nested[1])))
+    optional = [(i, names[i], defaults[i - first_default]) for i in range(first_default, len(names))]
+    always = frozenset(names[:min(first_default, n_model)])
+    astuple, new, setattr_ = msgspec.structs.astuple, model.__new__, object.__setattr__
+
+    def build(s: Any) -> _M:
+        values = list(astuple(s))
+        for i, many, sub in convert:
+            v = values[i]
+            if v is not None:
+                values[i] = list(map(sub, v)) if many else sub(v)
+        fields_set = set(always)
+        extra: dict[str, Any] = {}
+        for i, name, default in optional:
+            if values[i] != default:
+                fields_set.add(name)
+                if i >= n_model:
+                    extra[name] = values[i]
+        m = new(model)
+        setattr_(m, "__dict__", dict(zip(names[:n_model], values)))
+        setattr_(m, "__pydantic_fields_set__", fields_set)
+        setattr_(m, "__pydantic_extra__", extra)
+        setattr_(m, "__pydantic_private__", None)
+        return m
+
+    return build
