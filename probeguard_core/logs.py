@@ -546,7 +546,7 @@ def _read_fast(model: type[BaseModel], p: Path, key_fields: tuple[str, ...]) -> 
     key = operator.attrgetter(*key_fields)
     if len(set(map(key, recs))) != len(recs):
         return None
-    return list(map(build, recs))
+    return build(recs)
 
 
 def _read_into(out: list[_R], seen: dict[tuple[Any, ...], int], model: type[_R], p: Path,
