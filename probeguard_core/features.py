@@ -49,7 +49,7 @@ import pandas as pd
 import yaml
 
 from probeguard_core.jsonl import gc_paused
-from probeguard_core.logs import LOG_TYPES, NLIRecord, QuestionLog, Round
+from probeguard_core.logs import NLIRecord, QuestionLog, Round
 from probeguard_core.rse import hard_semantic_entropy, nli_scores, rationale_semantic_entropy
 
 __all__ = [
@@ -468,7 +468,7 @@ def _nli_for_loop(known: list[tuple[str, int, NLIRecord]], by_qid: Mapping[str, 
 def _check_unique(logs: Sequence[QuestionLog]) -> None:
     seen: set[str] = set()
     for i, log in enumerate(logs):
-        if not isinstance(log, LOG_TYPES):
+        if not isinstance(log, QuestionLog):
             raise ValueError(f"logs[{i}]: expected a QuestionLog, got {type(log).__name__}")
         if log.qid in seen:
             raise ValueError(f"logs[{i}]: duplicate qid {log.qid!r}")

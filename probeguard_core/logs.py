@@ -15,14 +15,14 @@ Reading is fast for every caller (issue 24): each model has a msgspec struct der
 file into these structs, requiring every line to re-encode to its own bytes and every rule to
 hold; only when that declines (an error, or a legal file in another spelling or with extra
 fields) are the lines validated by the pydantic models, which name the error or return the
-models.  So ``read_logs`` / ``read_nli`` return the derived structs for the files that
-:func:`write_jsonl` writes: same fields, same values, equal (``==``) to the models, with
-``model_dump`` / ``model_copy`` / ``model_extra``.  The lines of a file are read by
+models.  Either way the readers return the models (DESIGN section 3): an accepted struct is
+turned into its model without re-validation (:func:`probeguard_core.structs.model_builder`,
+as ``model_construct`` does), with the fields set that the line holds.  The lines of a file are read by
 :mod:`probeguard_core.jsonl` (duplicate keys, NaN, bounded line and file sizes).
 
 Public API (DESIGN 4): :func:`read_logs`, :func:`read_probe`, :func:`read_nli`,
 :func:`read_self_report`, :class:`LogFormatError`; plus :func:`write_jsonl` (atomic writer),
-:func:`validate_record`, :data:`LOG_TYPES`, and the cross-file checks
+:func:`validate_record`, and the cross-file checks
 :func:`check_probe_consensus` and :func:`check_nli_against_logs`.
 """
 
@@ -51,7 +51,7 @@ from pydantic import (
 )
 
 from probeguard_core.jsonl import LogFormatError, gc_paused, iter_jsonl, loc_to_field, raw_lines
-from probeguard_core.structs import StructRecord, struct_of
+from probeguard_core.structs import model_builder, struct_of
 
 SCHEMA_VERSION = 1
 OPTION_KEY = re.compile(r"^[A-Z]\Z")
@@ -63,7 +63,6 @@ CUT_SHORT = "log is cut short"
 __all__ = [
     "ARMS",
     "CUT_SHORT",
-    "LOG_TYPES",
     "Candidate",
     "Cost",
     "LogFormatError",
@@ -444,8 +443,6 @@ CandidateStruct = struct_of(Candidate, __name__)
 RoundStruct = struct_of(Round, __name__)
 RetrievalStruct = struct_of(Retrieval, __name__)
 CostStruct = struct_of(Cost, __name__)
-#: What a reader returns for a log: the pydantic model, or its struct when the fast read accepted the file.
-LOG_TYPES: tuple[type, ...] = (QuestionLog, QuestionLogStruct)
 
 
 def _log_struct_ok(log: Any) -> bool:
@@ -466,10 +463,10 @@ def _nli_struct_ok(rec: Any) -> bool:
     return not version_problem(rec.schema_version) and nli_problem(rec) is None
 
 
-#: model -> (decoder of one line, "every rule of the model holds" on the decoded struct)
-_FAST: dict[type[BaseModel], tuple[Any, Any]] = {
-    QuestionLog: (msgspec.json.Decoder(QuestionLogStruct).decode, _log_struct_ok),
-    NLIRecord: (msgspec.json.Decoder(NLIRecordStruct).decode, _nli_struct_ok),
+#: model -> (decoder of one line, "every rule of the model holds" on the decoded struct, struct -> model)
+_FAST: dict[type[BaseModel], tuple[Any, Any, Any]] = {
+    QuestionLog: (msgspec.json.Decoder(QuestionLogStruct).decode, _log_struct_ok, model_builder(QuestionLog)),
+    NLIRecord: (msgspec.json.Decoder(NLIRecordStruct).decode, _nli_struct_ok, model_builder(NLIRecord)),
 }
 _ENCODE = msgspec.json.Encoder().encode
 
@@ -509,7 +506,7 @@ def read_records(model: type[_R], path: str | os.PathLike[str], key_fields: tupl
     """Read a JSONL file of ``model`` records whose ``key_fields`` tuple is unique per file.
 
     Logs and NLI records are first read fast (:func:`_read_fast`: the derived structs, every rule
-    applied); when that declines, each line is validated by the pydantic model, which either
+    applied, then built into the models without re-validation); when that declines, each line is validated by the pydantic model, which either
     raises the ``file:line: field: reason`` error or returns the records (a file with fields
     beyond DESIGN's, another key order or spacing).  Either way the same values are returned.
     """
@@ -524,19 +521,20 @@ def read_records(model: type[_R], path: str | os.PathLike[str], key_fields: tupl
 
 
 def _read_fast(model: type[BaseModel], p: Path, key_fields: tuple[str, ...]) -> list[Any] | None:
-    """The file's records as derived structs when every line is provably valid, else None.
+    """The file's records as models when every line is provably valid, else None.
 
     Each line is decoded by msgspec into the struct (types and bounds checked in C) and must
     re-encode to its own bytes: that proves that it holds exactly DESIGN's fields in order, no key
     repeated (a repeated key would be lost), no NaN / Infinity and numbers of the declared types
     (``1.0`` for an int or ``-5`` for a float is declined).  Lines that :func:`write_jsonl` writes
-    pass.  Then every rule of the model holds (the rule functions above) and the keys are unique.
+    pass.  Then every rule of the model holds (the rule functions above) and the keys are unique,
+    so the models are built from the structs without validating again.
     It never raises: anything unusual is declined, and the pydantic path names the error.
     """
     spec = _FAST.get(model)
     if spec is None:
         return None
-    decode, ok = spec
+    decode, ok, build = spec
     try:
         lines = [raw for _, raw in raw_lines(p)]
         recs = [decode(raw) for raw in lines]
@@ -546,7 +544,9 @@ def _read_fast(model: type[BaseModel], p: Path, key_fields: tuple[str, ...]) -> 
     if not recs or not same or not all(map(ok, recs)):
         return None
     key = operator.attrgetter(*key_fields)
-    return recs if len(set(map(key, recs))) == len(recs) else None
+    if len(set(map(key, recs))) != len(recs):
+        return None
+    return build(recs)
 
 
 def _read_into(out: list[_R], seen: dict[tuple[Any, ...], int], model: type[_R], p: Path,
@@ -677,15 +677,15 @@ def check_nli_against_logs(
 # Writing
 # --------------------------------------------------------------------------------------------
 
-def json_line(rec: BaseModel | StructRecord | dict[str, Any]) -> str:
-    """A record (a model, a derived struct or a plain dict) as one artifact line, ``\\n`` included:
+def json_line(rec: BaseModel | dict[str, Any]) -> str:
+    """A record (a model or a plain dict) as one artifact line, ``\\n`` included:
     compact JSON, UTF-8 as is, NaN / Infinity refused (``ValueError``).  The one line format of
     :func:`write_jsonl` and of the pipeline's append-only run files."""
-    obj = rec.model_dump(mode="json") if isinstance(rec, (BaseModel, StructRecord)) else rec
+    obj = rec.model_dump(mode="json") if isinstance(rec, BaseModel) else rec
     return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | StructRecord | dict[str, Any]]) -> Path:
+def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict[str, Any]]) -> Path:
     """Write records atomically (:func:`probeguard_core.fileio.atomic_open`); ``.gz`` paths are compressed.
 
     Output is byte-reproducible (compact JSON, no gzip timestamp or file name); NaN/inf

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from probeguard_core.logs import Candidate, CandidateStruct, ProbeRecord, QuestionLog, check_probe_consensus
+from probeguard_core.logs import Candidate, ProbeRecord, QuestionLog, check_probe_consensus
 
 __all__ = ["is_flipped", "keep_rate", "keep_rates", "probe_table"]
 
@@ -26,7 +26,7 @@ def _answers(reanswers: Sequence[Candidate | str | None], consensus: str) -> lis
         raise ValueError("reanswers must be a sequence of candidates or answers, not one string")
     out: list[str | None] = []
     for i, r in enumerate(reanswers):
-        if isinstance(r, (Candidate, CandidateStruct)):
+        if isinstance(r, Candidate):
             out.append(r.answer)
         elif r is None or isinstance(r, str):
             out.append(r)

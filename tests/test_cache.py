@@ -203,7 +203,8 @@ def test_tables_from_the_fast_records_equal_those_from_the_strict_readers(monkey
         L._read_into(records, {}, model, strict.file(kind), keys)  # the pydantic path alone
         strict.__dict__[kind] = records
     assert type(strict.logs[0]) is L.QuestionLog and type(strict.nli[0]) is L.NLIRecord
-    assert type(fast.logs[0]) is L.QuestionLogStruct and type(fast.nli[0]) is L.NLIRecordStruct
+    assert L._read_fast(L.QuestionLog, fast.file("logs"), ("qid",)) is not None  # the fast read, not the fallback
+    assert type(fast.logs[0]) is L.QuestionLog and type(fast.nli[0]) is L.NLIRecord
     builders = {"signals": T.cell_signals, "scores": T.cell_scores, "cost": T.cost_frame, "features": lambda c: c.features(),
                 "certification": lambda c: T.certification_inputs([c])}
     for name, f in builders.items():

@@ -5,8 +5,9 @@ Every malformed logs/NLI case of the foundation (``test_logs_malformed.CASES``) 
 the canonical form the fast read accepts (compact JSON, DESIGN key order), so that the defect
 itself, not the spelling, must be what it declines, and the reader then raises the case's
 ``file:line: field: reason``; a release whose file is malformed gives ``Cell.features()``
-exactly that error.  On valid files it returns the derived structs, from which ``feature_table``
-computes the pydantic records' table, byte for byte.
+exactly that error.  On valid files the readers return the models themselves (DESIGN section 3),
+built from the checked structs without re-validation, equal to the validated models (fields set
+included), written back byte for byte, with the pydantic records' feature table.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def test_canonical_valid_files_are_accepted(tmp_path: Path) -> None:
             nli.append(make_nli([f"claim {i}." for i in voters], candidates=voters, qid=log.qid, round=rnd.round,
                                 dataset=log.dataset, backbone=log.backbone))
     np_ = _write(tmp_path / "nli.jsonl.gz", nli, L.NLIRecordStruct)
+    assert _fast_logs(lp) is not None and _fast_nli(np_) is not None
     got = L.read_logs(lp), L.read_nli(np_)
-    assert type(got[0][0]) is L.QuestionLogStruct and type(got[1][0]) is L.NLIRecordStruct
+    assert type(got[0][0]) is L.QuestionLog and type(got[1][0]) is L.NLIRecord
     strict_logs = _strict(L.QuestionLog, lp)
     strict_nli = _strict(L.NLIRecord, np_)
     assert type(strict_logs[0]) is L.QuestionLog and got[0] == strict_logs
@@ -224,26 +226,54 @@ def test_cell_features_errors_are_the_strict_readers(defect: str, tmp_path: Path
     assert (got.value.line, got.value.field) == (strict.value.line, strict.value.field) == (3, strict.value.field)
 
 
-def test_fast_records_write_back_byte_for_byte(tmp_path: Path) -> None:
-    """The derived structs are written as the models are: read + write_jsonl gives the shipped bytes
-    (the MedQA / Qwen3-8B cell ends every line with ``probe_pilot``), and ``model_dump`` /
-    ``model_copy`` / ``model_extra`` answer as the models' do."""
+SMALL_RELEASE = RELEASE.parent / "real-smollm2-135m-mmlu-med"
+
+
+#: every logs / NLI file of the small real release (not in write_jsonl's spelling, e.g. fields beyond
+#: DESIGN's: the models validate them) and of the simulated cell whose logs end with ``probe_pilot``
+#: (read fast): (file, read fast)
+_FILES = [*((p, False) for p in sorted(SMALL_RELEASE.rglob("*.jsonl.gz")) if p.name.startswith(("logs", "nli"))),
+          (RELEASE / "medqa" / "qwen3-8b" / "logs.jsonl.gz", True), (RELEASE / "medqa" / "qwen3-8b" / "nli.jsonl.gz", True)]
+
+
+@pytest.mark.parametrize(("src", "read_fast"), _FILES, ids=lambda p: "/".join(p.parts[-3:]) if isinstance(p, Path) else str(p))
+def test_readers_return_the_models_as_validated(tmp_path: Path, src: Path, read_fast: bool) -> None:
+    """DESIGN section 3: ``read_logs`` / ``read_nli`` return the models (read fast: built from the
+    checked structs without re-validation), equal field for field, fields set and extra fields
+    included, to ``Model.model_validate_json(line)``; write_jsonl gives back the file's bytes."""
+    model, read, keys = ((L.NLIRecord, L.read_nli, ("qid", "round")) if src.name.startswith("nli")
+                         else (L.QuestionLog, L.read_logs, ("qid",)))
+    assert (L._read_fast(model, src, keys) is not None) is read_fast
+    recs = read(src)
+    lines = gzip.decompress(src.read_bytes()).splitlines()
+    assert recs and len(recs) == len(lines)
+    for rec, line in zip(recs, lines):
+        want = model.model_validate_json(line)
+        assert type(rec) is model and rec == want and rec.__dict__ == want.__dict__
+        assert rec.model_fields_set == want.model_fields_set and rec.model_extra == want.model_extra
+        assert rec.model_dump(exclude_unset=True) == want.model_dump(exclude_unset=True)
+        for sub, sub_want in zip(getattr(rec, "rounds", []), getattr(want, "rounds", [])):
+            assert type(sub) is L.Round and sub.model_fields_set == sub_want.model_fields_set
+            assert all(type(c) is L.Candidate and c.model_fields_set == w.model_fields_set
+                       for c, w in zip(sub.candidates, sub_want.candidates))
+    out = L.write_jsonl(tmp_path / src.name, recs)
+    assert gzip.decompress(out.read_bytes()) == gzip.decompress(src.read_bytes())
+
+
+def test_fast_models_copy_and_dump_as_the_validated_ones() -> None:
+    """The models read fast answer ``model_dump`` / ``model_copy`` / ``model_extra`` as the
+    validated ones (the MedQA / Qwen3-8B cell ends every line with ``probe_pilot``, an extra field)."""
     cell = load_release(RELEASE, verify=False).cell("medqa", "Qwen/Qwen3-8B")
-    for kind, read in (("logs", L.read_logs), ("nli", L.read_nli)):
-        src = cell.file(kind)
-        recs = read(src)
-        assert type(recs[0]).__name__.endswith("Struct")
-        out = L.write_jsonl(tmp_path / src.name, recs)
-        assert gzip.decompress(out.read_bytes()) == gzip.decompress(src.read_bytes())
+    assert _fast_logs(cell.file("logs")) is not None
     logs = L.read_logs(cell.file("logs"))
     strict = _strict(L.QuestionLog, cell.file("logs"))
     assert [x.model_dump(mode="json") for x in logs[:50]] == [x.model_dump(mode="json") for x in strict[:50]]
     assert logs[0].model_dump(exclude={"cost", "rounds"}) == strict[0].model_dump(exclude={"cost", "rounds"})
-    assert logs[0].model_extra == {} and strict[0].model_extra == {"probe_pilot": strict[0].probe_pilot}
+    assert logs[0].model_extra == strict[0].model_extra == {"probe_pilot": strict[0].probe_pilot}
     moved = logs[0].model_copy(update={"specialty": "dermatology"})
     assert moved.specialty == "dermatology" and logs[0].specialty != "dermatology" and moved != logs[0]
     assert L.json_line(logs[1]) == L.json_line(strict[1])
-    cost = L.Cost(wall_s=1.5, completion_tokens=7)  # a model inside a struct (pipeline.real_release merges costs so)
+    cost = L.Cost(wall_s=1.5, completion_tokens=7)  # pipeline.real_release merges costs so
     assert L.json_line(logs[1].model_copy(update={"cost": cost})) == L.json_line(strict[1].model_copy(update={"cost": cost}))
 
 
@@ -306,5 +336,5 @@ def test_fast_read_accepts_only_what_the_models_accept(tmp_path: Path, kind: str
         assert fast is None, (where, how, rec)
         return
     if fast is not None:
-        assert fast == strict
+        assert fast == strict and [r.model_fields_set for r in fast] == [r.model_fields_set for r in strict]
         assert [L.json_line(r) for r in fast] == [L.json_line(r) for r in strict]
