@@ -28,19 +28,20 @@ def session_dir(base: Path) -> Path:
 @contextlib.contextmanager
 def once_per_session(base: Path, name: str) -> Iterator[tuple[Path, bool]]:
     """``(folder, must_make)``: the first worker to ask makes ``folder`` (holding a file lock),
-    the others wait and reuse it; ``folder/.done`` marks it complete."""
+    the others wait and reuse it; ``<name>.done`` beside it marks it complete (outside the folder:
+    a release folder must hold only the files its manifest lists)."""
     from filelock import FileLock
 
     shared = session_dir(base)
-    folder = shared / name
+    folder, done = shared / name, shared / f"{name}.done"
     with FileLock(str(shared / f"{name}.lock")):
-        must = not (folder / ".done").is_file()
+        must = not done.is_file()
         if must and folder.exists():
             shutil.rmtree(folder)  # a half-made folder of an interrupted worker
         yield folder, must
         if must:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / ".done").write_text("ok\n")
+            done.write_text("ok\n")
 
 
 def small_release(base: Path) -> Path:
