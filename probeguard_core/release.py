@@ -276,8 +276,9 @@ class Release:
             raise ValueError(f"describe: shows={shows!r} is not one of {list(BANNER_SHOWS)}")
         m = self.manifest
         if shows == "paper":
-            kind = "Simulated release" if self.is_simulated else f"Release ({self.provenance})"
-            return (f"{kind} '{self.name}': this page reproduces the paper's own text, prompts or tables; no "
+            kind = (f"Simulated release '{self.name}'" if self.is_simulated else
+                    f"Release '{self.name}' ({self.provenance}; produced by `{m.get('pipeline_command', 'unknown command')}`)")
+            return (f"{kind}: this page reproduces the paper's own text, prompts or tables; no "
                     "number on it is computed from the release.")
         if self.is_simulated:
             return (
