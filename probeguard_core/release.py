@@ -295,6 +295,27 @@ class Release:
             + (f" Stand-ins: {'; '.join(stand_ins)}." if stand_ins else "")
         )
 
+    def summary(self) -> str:
+        """One sentence on what this release is, for the landing page (``{{ release_summary }}``),
+        read from the manifest's provenance, generator, seed and cells, never from the release's
+        name: a simulated release's numbers measure how close the simulator comes to the paper
+        (issue 23, point 1)."""
+        m = self.manifest
+        cells = self.main_cells()
+        what = (f"{len(cells)} benchmark × backbone cell{'s' if len(cells) != 1 else ''} "
+                f"({', '.join(self.datasets) or 'none'}; {', '.join(self.backbones) or 'none'})")
+        if self.is_simulated:
+            return (f"This book was built on '{self.name}', a simulated release (generator {m.get('generator')} "
+                    f"{m.get('generator_version')}, seed {m.get('seed')}, {what}): its logs are shaped like the "
+                    "paper's substrate, so its numbers say how close the simulator comes to the paper, not what "
+                    "the paper's models did.")
+        stand_ins = m.get("stand_ins") or []
+        return (f"This book was built on '{self.name}', a {self.provenance} release produced by "
+                f"`{m.get('pipeline_command', 'unknown command')}` (seed {m.get('seed')}, {what})"
+                + (f", with {len(stand_ins)} component{'s' if len(stand_ins) != 1 else ''} standing in for the "
+                   "paper's models (named in the banner below)." if stand_ins else ".")
+                )
+
 
 #: What a page shows, for its banner (:meth:`Release.describe`).
 BANNER_SHOWS: tuple[str, ...] = ("numbers", "paper", "cases")

@@ -594,6 +594,9 @@ def test_landing_page_shows_the_scorecard(built: dict[str, Path], browser: Any) 
     text = page.locator("main").inner_text()
     assert re.search(r"On this release, \d+ of \d+ testable claims of the paper hold, \d+ fail, \d+ cannot be decided",
                      text), "the landing page has no scorecard"
+    claim = text.find("A system can be unanimously wrong, returning the same incorrect answer")
+    assert -1 < claim < text.find("This book was built on") < text.find("On this release, "), \
+        "the landing page does not open with the paper's claim and this release's summary before the scorecard"
     link = page.locator("a").filter(has_text="claims hold on this release").first  # smart quotes: paper’s
     target = _resolve_link(built["html"], "book/intro.html", link.get_attribute("href"))
     assert target is not None and target.is_file()

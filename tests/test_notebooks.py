@@ -75,6 +75,27 @@ def test_notebook_runs_and_writes_its_outputs(entry: bb.NotebookEntry, release: 
     outputs = json.dumps([c.get("outputs", []) for c in nb.cells])
     assert "probeguard-provenance" in outputs and "Simulated release" in outputs
     assert str(REPO) not in nbformat.writes(nb), f"{entry.name}: the executed notebook holds a build-machine path"
+    shown_inputs = _inputs_shown(out)
+    if shown_inputs and entry.name not in LISTS_INPUTS:  # issue 22 pt 4: marked where shown, not only on departures
+        assert "given to the simulator as" in outputs and "probeguard-inputs" in outputs, (
+            f"{entry.name} shows simulator inputs {shown_inputs} beside the paper but never says they are inputs")
+
+
+#: Pages whose own tables already say, row by row, which numbers are inputs of the simulator.
+LISTS_INPUTS = {"departures": "its 'role' column marks each input and names its params.yaml keys"}
+
+
+def _inputs_shown(out: Path) -> list[str]:
+    """The quantities of INPUT_QUANTITIES a page's CSVs show beside the paper (rows with ours and the paper's)."""
+    from probeguard_core.tables.departures import INPUT_QUANTITIES
+
+    shown: set[str] = set()
+    for csv in out.glob("*.csv"):
+        df = pd.read_csv(csv)
+        if {"quantity", "value", "paper"} <= set(df.columns):
+            rows = df[pd.to_numeric(df["value"], errors="coerce").notna() & df["paper"].notna()]
+            shown |= set(rows["quantity"].astype(str)) & set(INPUT_QUANTITIES)
+    return sorted(shown)
 
 
 def test_registry_agrees_with_notebooks_and_toc() -> None:

@@ -567,6 +567,9 @@ def build_book(
     subs["provenance_banner"] = _banner_markdown(resolve(release, root))
     subs["provenance_banner_paper"] = _banner_markdown(resolve(release, root), "paper")
     subs["provenance_banner_cases"] = _banner_markdown(resolve(release, root), "cases")
+    from probeguard_core.release import load_release
+
+    subs["release_summary"] = load_release(resolve(release, root), verify=False).summary()
     # {{ ours.<notebook>.<key> }} in a chapter: the number that notebook wrote to results.json
     from probeguard_core.book.prose import results_substitutions
 

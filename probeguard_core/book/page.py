@@ -86,6 +86,14 @@ class Page:
 
         glue(name, Markdown(value) if isinstance(value, str) else value, display=False)
 
+    def inputs_note(self, shown: Any) -> Any:
+        """The one-line note under a table whose numbers include inputs of the simulator (issue 22,
+        point 4): :func:`tables.departures.inputs_note` for this page's release; shows nothing on a
+        real release or when ``shown`` (the table, or its quantities) holds no input."""
+        from probeguard_core.tables.departures import inputs_note
+
+        return inputs_note(self.release, shown)
+
     def __repr__(self) -> str:  # the plain-text twin of the banner: no build-machine path
         return f"Release {self.release.name} ({self.release.provenance})"
 

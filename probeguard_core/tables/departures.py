@@ -17,7 +17,9 @@ Each row is then marked ``input`` or ``emerged``. On a simulated release a row i
 the simulator was given that number (``probeguard_core/simulate/params.yaml``: rates, sizes, cost
 medians; :data:`INPUT_QUANTITIES` names the parameter), so agreement with the paper proves
 nothing; every other number (AUROC, AURC, certified coverage, realized risk ...) *emerged* from
-the raw artifacts. On a real release every number emerged.
+the raw artifacts. On a real release every number emerged. The same definition marks inputs
+where the other pages show them (issue 22, point 4): :func:`input_sentence` / :func:`inputs_note`
+under a table (``Page.inputs_note``) and ``tables.captioned(..., inputs=)`` in a figure's caption.
 
 How far a row departs (``departure``) is ``|Δ|`` for numbers on a 0-1 scale (AUROC, AURC,
 fractions, correlations) and ``|Δ| / |paper|`` for counts, seconds and tokens (``scale`` says which).
@@ -46,6 +48,8 @@ __all__ = [
     "departures",
     "display",
     "input_parameters",
+    "input_sentence",
+    "inputs_note",
     "mechanism_anchor",
     "mechanisms_markdown",
 ]
@@ -110,6 +114,46 @@ def input_parameters(params: str | Path = PARAMS) -> dict[str, list[str]]:
             found.append(pattern)
         out[quantity] = found
     return out
+
+
+def _shown_quantities(shown: pd.DataFrame | Iterable[str]) -> list[str]:
+    """The quantities a table shows: its ``quantity`` column (rows with a value), or the names given."""
+    if isinstance(shown, pd.DataFrame):
+        if "quantity" not in shown.columns:
+            return []
+        rows = shown[pd.to_numeric(shown["value"], errors="coerce").notna()] if "value" in shown.columns else shown
+        return list(dict.fromkeys(str(q) for q in rows["quantity"]))
+    return list(dict.fromkeys(str(q) for q in shown))
+
+
+def input_sentence(shown: pd.DataFrame | Iterable[str], *, simulated: bool, params: str | Path = PARAMS) -> str:
+    """What a page says next to a table or figure whose numbers include inputs of the simulator:
+    for each shown quantity of :data:`INPUT_QUANTITIES` (the one definition the departures page
+    also uses), "<quantity> is given to the simulator as an input (params.yaml: <keys>), not found
+    by it". Empty on a real release (every number emerged) or when none of ``shown`` is an input."""
+    if not simulated:
+        return ""
+    from probeguard_core.tables.display import label
+
+    inputs = input_parameters(params)
+    said = [f"{label('quantity', q)} (params.yaml: {', '.join(inputs[q])})" for q in _shown_quantities(shown) if q in inputs]
+    if not said:
+        return ""
+    which = said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
+    verb = "is given to the simulator as an input" if len(said) == 1 else "are given to the simulator as inputs"
+    return (f"On this simulated release, {which} {verb}, not found by it: agreement with the paper proves nothing "
+            "(\"This release beside the paper\" lists every input).")
+
+
+def inputs_note(release: Any, shown: pd.DataFrame | Iterable[str], params: str | Path = PARAMS) -> Any:
+    """:func:`input_sentence` as a one-line note under a table (``None``, so nothing is shown, on
+    a real release or when the table shows no input of the simulator)."""
+    import html
+
+    from IPython.display import HTML
+
+    text = input_sentence(shown, simulated=bool(release.is_simulated), params=params)
+    return HTML(f'<p class="probeguard-inputs"><strong>Simulator input.</strong> {html.escape(text)}</p>') if text else None
 
 
 # --------------------------------------------------------------------------- reading the notebooks' outputs

@@ -164,13 +164,16 @@ def figure_html(src: str, text: FigureText, extra: str = "", name: str = "", wid
             f"<figcaption><strong>{html.escape(text.number)}.</strong> {html.escape(caption)}</figcaption></figure>")
 
 
-def captioned(target: Any, name: str, fig: Any, extra: str = "") -> Any:
+def captioned(target: Any, name: str, fig: Any, extra: str = "",
+              inputs: pd.DataFrame | Sequence[str] | None = None) -> Any:
     """Write ``fig`` as ``<name>.png`` / ``.svg`` (through the page's ``Outputs``), close it,
     and return it as a numbered, captioned figure for the page (:data:`FIGURES` holds its
     number, caption and alt text; ``extra`` adds a computed sentence to the caption). The image
     is the PNG the page offers for download, embedded, so the figure needs no other file.
 
-    ``target`` is a :class:`book.page.Page` or its ``Outputs``."""
+    ``target`` is a :class:`book.page.Page` or its ``Outputs``. ``inputs``: the table the figure
+    draws; on a simulated release (``target`` a Page), the caption then says which of its
+    quantities were given to the simulator (:func:`tables.departures.input_sentence`)."""
     import matplotlib.pyplot as plt
     from IPython.display import HTML
 
@@ -179,6 +182,14 @@ def captioned(target: Any, name: str, fig: Any, extra: str = "") -> Any:
 
     if name not in FIGURES:
         raise KeyError(f"captioned: no number / caption / alt text for figure {name!r} in tables.figures.FIGURES")
+    if inputs is not None:
+        from probeguard_core.tables.departures import input_sentence
+
+        release = getattr(target, "release", None)
+        if release is None:
+            raise TypeError("captioned: inputs= needs the page (a book.page.Page), whose release says whether it is simulated")
+        said = input_sentence(inputs, simulated=bool(release.is_simulated))
+        extra = " ".join(t for t in (extra, said) if t)
     out = getattr(target, "out", target)
     out.figure(name, fig)
     plt.close(fig)
