@@ -48,6 +48,7 @@ __all__ = [
     "SIGNALS",
     "SIGNAL_LABELS",
     "STRATA",
+    "BETTER",
     "BOUNDED_UNITS",
     "DEPARTURE_SIZES",
     "UNITS",
@@ -467,6 +468,10 @@ def format_beside(df: pd.DataFrame, value_col: str = "value", *, unit: str | Non
                            for x, u in zip(df[column], units)]
     return out
 
+
+#: Units with a better direction, as the paper's Table 2 reads them ("AUROC, higher is better ...
+#: AURC, lower is better. Best value per column in bold."): the only numbers a table bolds.
+BETTER: dict[str, str] = {"auroc": "higher", "aurc": "lower"}
 
 #: Units whose numbers lie on a 0-1 scale (AUROC, AURC, fractions, correlations): how far such a
 #: number departs from the paper is the absolute difference; for counts, seconds and tokens it is

@@ -373,6 +373,27 @@ def test_beside_tables_class_each_delta_by_its_size() -> None:
         assert f"td.pg-diff.pg-diff-{size}" in css
 
 
+def test_wide_beside_bolds_as_the_paper_bolds() -> None:
+    """Issue 23 pt 6: ours is bold only where it is the best of its column among ours (AUROC the
+    highest, AURC the lowest, compared as shown; ties all bold), never a count or a fraction,
+    and a long table (whose column mixes keys) bolds nothing."""
+    rows = [("auroc", "rse", 0.6004), ("auroc", "keep_rate", 0.7001), ("auroc", "p_true", 0.6998),
+            ("aurc", "rse", 0.21), ("aurc", "keep_rate", 0.12), ("aurc", "p_true", 0.30),
+            ("unanimous_share", "rse", 0.9), ("unanimous_share", "keep_rate", 0.1)]
+    df = pd.DataFrame([{"dataset": d, "quantity": q, "signal": s, "value": v + (0.01 if d == "mmlu_pro_med" and s == "rse" else 0),
+                        "paper": np.nan, "diff": np.nan} for d in ("medqa", "mmlu_pro_med") for q, s, v in rows])
+    html = T.wide_beside(df, index=["quantity", "signal"], columns=["dataset"]).to_html()
+    bold = re.findall(r'<td [^>]*class="[^"]*\bpg-best\b[^"]*"[^>]*>([^<]*)</td>', html)
+    # MedQA: 0.700 and 0.700 tie as shown (AUROC), 0.120 (AURC); MMLU-Pro med the same (rse's 0.610 < 0.700)
+    assert sorted(bold) == sorted(["0.700", "0.700", "0.120"] * 2)
+    assert html.count("pg-ours") == 2 * len(rows)
+    long_html = T.long_beside(df, keys=["dataset", "quantity", "signal"]).to_html()
+    assert "pg-best" not in long_html
+    css = (Path(__file__).resolve().parents[1] / "book/_static/custom.css").read_text(encoding="utf-8")
+    assert re.search(r"td\.pg-ours\.pg-best\s*\{[^}]*font-weight", css)
+    assert not re.search(r"td\.pg-ours\s*\{[^}]*font-weight", css), "every ours cell is bold again"
+
+
 def test_display_helpers_accept_an_empty_table() -> None:
     """A release without the inputs gives an empty table: it still renders (header only)."""
     e = pd.DataFrame({c: pd.Series(dtype=object) for c in ("arm", "quantity")}

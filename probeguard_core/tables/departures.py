@@ -40,7 +40,6 @@ import yaml
 from probeguard_core.paper import BOUNDED_UNITS, departure
 
 __all__ = [
-    "BOUNDED_UNITS",
     "INPUT_QUANTITIES",
     "MECHANISMS",
     "Departures",

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from probeguard_core.paper import UNITS, departure_size, display_label, format_beside
+from probeguard_core.paper import BETTER, UNITS, departure_size, display_label, format_beside
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
@@ -39,6 +39,24 @@ BESIDE_SUBCOLUMNS: tuple[str, ...] = ("ours", "paper", "Δ")
 
 
 _SUB_CLASS = {"ours": "pg-ours", "paper": "pg-paper", "Δ": "pg-diff"}
+
+
+def _best_of_column(df: pd.DataFrame, value_col: str, units: pd.Series, by: Sequence[str], decimals: int) -> pd.Series:
+    """Bold as the paper bolds (Table 2: "Best value per column in bold"): True for the rows whose
+    ``value_col`` is the best, as shown (rounded to ``decimals``), of its column, where a column is
+    one value of the ``by`` keys and one quantity (or unit), and only for a unit with a better
+    direction (:data:`paper.BETTER`: AUROC higher, AURC lower) and at least two numbers to rank.
+    Ties are all bold, as in the paper."""
+    best = pd.Series(False, index=df.index)
+    values = pd.to_numeric(df[value_col], errors="coerce").round(decimals)
+    quantity = df["quantity"].astype(str) if "quantity" in df.columns else units
+    keys = pd.DataFrame({**{f"k{i}": df[c].astype(str) for i, c in enumerate(by)}, "unit": units, "q": quantity})
+    for _, idx in keys.groupby(list(keys.columns), sort=False).groups.items():
+        direction = BETTER.get(str(units.loc[idx[0]]), "")
+        v = values.loc[idx].dropna()
+        if direction and len(v) >= 2:
+            best.loc[v.index[v == (v.max() if direction == "higher" else v.min())]] = True
+    return best
 
 
 def _diff_classes(df: pd.DataFrame, value_col: str, units: pd.Series) -> list[str]:
@@ -285,6 +303,8 @@ def wide_beside(df: pd.DataFrame, index: Sequence[str], columns: Sequence[str], 
     src = {"ours": value_col, "paper": "paper", "Δ": "diff"}
     cells = pd.concat([keys, shown[[value_col, "paper", "diff"]].rename(columns={value_col: "_ours"})], axis=1)
     cells["_class"] = _diff_classes(df, value_col, units)
+    cells["_ours_class"] = ["pg-ours pg-best" if b else "pg-ours"
+                            for b in _best_of_column(df, value_col, units, columns, decimals)]
     groups = _nested_order(keys, columns)
     rows = _nested_order(keys, index) if index else [()]
     lookup = {(tuple(r[:len(index)]), tuple(r[len(index):len(index) + len(columns)])): r[len(index) + len(columns):]
@@ -298,8 +318,10 @@ def wide_beside(df: pd.DataFrame, index: Sequence[str], columns: Sequence[str], 
                  else pd.Index([r[0] for r in rows], name=index[0]) if index else pd.RangeIndex(1))
     wide = pd.DataFrame(data, index=row_index)
     wide.columns = pd.MultiIndex.from_tuples(list(data), names=[None] * (len(columns) + 1))
-    classes = pd.DataFrame({(*g, sub): [lookup[(r, g)][3] if sub == "Δ" and (r, g) in lookup else _SUB_CLASS[sub]
-                                        for r in rows] for g in groups for sub in BESIDE_SUBCOLUMNS}, index=wide.index)
+    cls_at = {"Δ": 3, "ours": 4}  # positions of the Δ and ours classes in a lookup entry
+    classes = pd.DataFrame({(*g, sub): [lookup[(r, g)][cls_at[sub]] if sub in cls_at and (r, g) in lookup
+                                        else _SUB_CLASS[sub] for r in rows]
+                            for g in groups for sub in BESIDE_SUBCOLUMNS}, index=wide.index)
     classes.columns = wide.columns
     sty = _style(wide, classes, BESIDE_CLASS, hide_index=not index)
     sty.map_index(lambda v: "" if v == "ours" else "opacity: 0.65; font-weight: normal;", axis="columns",
