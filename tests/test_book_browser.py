@@ -556,6 +556,14 @@ def test_slider_moves_readout_to_precomputed_values(built: dict[str, Path], brow
     page.wait_for_function("document.getElementById('probeguard-alpha-explorer').dataset.ready === 'true'",
                            timeout=30_000)
     assert root.locator(".pg-chart svg .mark-line path").count() > 0, "the Vega chart did not render"
+    # issue 23 pt 4: a numbered caption, and legend / axis text of at least 11 px as shown
+    assert root.locator("figure figcaption").inner_text().startswith("Figure R.1.")
+    sizes = page.evaluate("""() => [...document.querySelectorAll(
+        '#probeguard-alpha-explorer .pg-chart svg g.role-legend text, #probeguard-alpha-explorer .pg-chart svg g.role-axis text')]
+        .map(t => { const svg = t.ownerSVGElement, box = svg.viewBox.baseVal;
+                    const k = svg.getBoundingClientRect().width / (box && box.width ? box.width : svg.width.baseVal.value);
+                    return parseFloat(getComputedStyle(t).fontSize) * k; })""")
+    assert sizes and min(sizes) >= 11, f"the explorer's legend / axis text is {min(sizes or [0]):.1f} px (< 11)"
     assert root.get_attribute("data-alpha") == "0.15"
     _same(_readout(page), _expected(pre, 0.15))
     assert _expected(pre, 0.05) != _expected(pre, 0.30), "precondition: the release certifies nothing anywhere"
