@@ -130,6 +130,11 @@ def precompute(table: pd.DataFrame, alphas: Sequence[float] = ALPHAS, n_splits: 
 
 
 # --------------------------------------------------------------------------- static chart
+#: Font size (CSS px) of the chart's legend and axis labels: legible at page width (issue 23 pt 4:
+#: Vega's default legend text is about 9 px).
+LEGIBLE_PX = 12
+
+
 def alpha_chart(pre: pd.DataFrame, initial: float = 0.15, width: int = 260, height: int = 210) -> Any:
     """Altair chart: coverage and realized risk (means over splits) against alpha, one line per
     series, a slider over alpha (``alt.param`` named ``alpha`` bound to ``alt.binding_range``)
@@ -144,7 +149,8 @@ def alpha_chart(pre: pd.DataFrame, initial: float = 0.15, width: int = 260, heig
         pre.assign(metric="realized test risk", value=pre["risk_mean"]),
     ])[["series", "alpha", "metric", "value"]]
     long = long.astype({"value": float}).replace({np.nan: None})
-    color = alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", columns=2),
+    color = alt.Color("series:N", title=None,
+                      legend=alt.Legend(orient="bottom", columns=2, labelFontSize=LEGIBLE_PX, labelLimit=0),
                       scale=alt.Scale(domain=list(dict.fromkeys(pre["series"]))))
     at_alpha = "abs(datum.alpha - alpha) < 0.005"
 
@@ -165,7 +171,9 @@ def alpha_chart(pre: pd.DataFrame, initial: float = 0.15, width: int = 260, heig
             layers.append(diag)
         return alt.layer(*layers).properties(width=width, height=height, title=metric)
 
-    return alt.hconcat(panel("certified coverage"), panel("realized test risk")).add_params(alpha)
+    return (alt.hconcat(panel("certified coverage"), panel("realized test risk")).add_params(alpha)
+            .configure_axis(labelFontSize=LEGIBLE_PX, titleFontSize=LEGIBLE_PX + 1)
+            .configure_title(fontSize=LEGIBLE_PX + 2))
 
 
 def _fmt(v: Any) -> str:
@@ -193,7 +201,13 @@ def explorer_html(pre: pd.DataFrame, initial: float = 0.15, element_id: str = DE
     mean realized risk (over splits), with ``data-series``, ``data-metric`` and ``data-value``
     (full precision; empty for no value) on each cell and ``data-alpha`` on the container. A
     ``<script type="application/json">`` holds the precomputed rows the readout is filled from.
+    The chart is a numbered, captioned figure like every figure of the book (its number, caption
+    and alt text: ``tables.figures.FIGURES["alpha_explorer"]``); ``title`` is the full document's
+    ``<title>``.
     """
+    from probeguard_core.tables.figures import FIGURES
+
+    text = FIGURES["alpha_explorer"]
     initial = round(float(initial), 2)
     if initial not in ALPHAS:
         raise ValueError(f"initial alpha {initial} is not on the slider grid 0.01..0.30")
@@ -245,9 +259,10 @@ def explorer_html(pre: pd.DataFrame, initial: float = 0.15, element_id: str = DE
     frag = (
         f'<div id="{html.escape(element_id)}" class="probeguard-alpha-explorer" data-alpha="{initial:.2f}" '
         f'data-ready="false">\n'
-        f'<p class="pg-title"><strong>{html.escape(title)}</strong> (α = <span class="pg-alpha">{initial:.2f}</span>; '
-        f'means over calibration/test splits; move the slider)</p>\n'
-        f'<div class="pg-chart"></div>\n'
+        f'<figure class="probeguard-figure" id="fig-alpha-explorer">\n'
+        f'<div class="pg-chart" role="img" aria-label="{html.escape(text.alt)}"></div>\n'
+        f'<figcaption><strong>{html.escape(text.number)}.</strong> {html.escape(text.caption)} '
+        f'Shown: α = <span class="pg-alpha">{initial:.2f}</span>.</figcaption>\n</figure>\n'
         f'<table class="pg-readout"><thead><tr><th>stratum · score</th><th>certified coverage</th>'
         f'<th>realized risk</th><th>splits certified</th></tr></thead>\n<tbody>{"".join(body)}</tbody></table>\n'
         f'<script type="application/json" class="pg-data">{data_json}</script>\n'

@@ -48,9 +48,14 @@ __all__ = [
     "SIGNALS",
     "SIGNAL_LABELS",
     "STRATA",
+    "BETTER",
+    "BOUNDED_UNITS",
+    "DEPARTURE_SIZES",
     "UNITS",
     "approaches",
     "beside_paper",
+    "departure",
+    "departure_size",
     "display_label",
     "format_beside",
     "load_reported",
@@ -462,6 +467,46 @@ def format_beside(df: pd.DataFrame, value_col: str = "value", *, unit: str | Non
             out[column] = [_fmt(x, u, signed, decimals, pct_decimals, percent)
                            for x, u in zip(df[column], units)]
     return out
+
+
+#: Units with a better direction, as the paper's Table 2 reads them ("AUROC, higher is better ...
+#: AURC, lower is better. Best value per column in bold."): the only numbers a table bolds.
+BETTER: dict[str, str] = {"auroc": "higher", "aurc": "lower"}
+
+#: Units whose numbers lie on a 0-1 scale (AUROC, AURC, fractions, correlations): how far such a
+#: number departs from the paper is the absolute difference; for counts, seconds and tokens it is
+#: the difference relative to the paper's value (:func:`departure`).
+BOUNDED_UNITS: frozenset[str] = frozenset({"auroc", "aurc", "fraction", "correlation"})
+
+#: How a departure from the paper is sized for reading (issue 23 pt 6, "Δ styled by size"): by
+#: scale, the upper bounds of a ``small`` and a ``medium`` departure; at or above the second it is
+#: ``large``. On the absolute scale 0.01 is one percentage point (or 0.01 AUROC, a third of the
+#: gaps the paper's Table 2 ranks its signals by) and 0.05 five; on the relative scale 10 % and 50 %.
+DEPARTURE_SIZES: dict[str, tuple[float, float]] = {"absolute": (0.01, 0.05), "relative": (0.10, 0.50)}
+
+
+def departure(diff: Any, paper: Any, unit: str) -> float:
+    """How far our number departs from the paper's, given ``diff = ours - paper``: ``|diff|`` for a
+    unit on a 0-1 scale (:data:`BOUNDED_UNITS`), else ``|diff| / |paper|`` (``|diff|`` where the
+    paper's value is 0 or missing); NaN when ``diff`` is missing. The departures page sorts by it."""
+    if diff is None or pd.isna(diff):
+        return math.nan
+    d = abs(float(diff))
+    if unit in BOUNDED_UNITS or paper is None or pd.isna(paper) or float(paper) == 0:
+        return d
+    return d / abs(float(paper))
+
+
+def departure_size(diff: Any, paper: Any, unit: str) -> str:
+    """``small`` / ``medium`` / ``large`` by :data:`DEPARTURE_SIZES` on the scale of ``unit``
+    (:func:`departure`); '' when there is nothing to size (no difference)."""
+    x = departure(diff, paper, unit)
+    if math.isnan(x):
+        return ""
+    small, medium = DEPARTURE_SIZES["absolute" if unit in BOUNDED_UNITS else "relative"]
+    # sized as shown: a difference that rounds to +0.000 / +0.0 pp is small, not a hair above it
+    x = round(x, 9)
+    return "small" if x < small else "medium" if x < medium else "large"
 
 
 #: Display names of the benchmarks (tables and figures only; files keep the keys).

@@ -8,6 +8,7 @@ worked out by hand or cross-checked against the core and reference libraries.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,66 @@ def test_wide_beside_has_ours_paper_delta_subcolumns_formatted_by_unit() -> None
         T.wide_beside(b, index=["nope"], columns=["dataset"])
     # the numbers themselves are untouched
     assert b["value"].iloc[0] == 0.6123
+
+
+def test_departure_sizes_one_definition() -> None:
+    """Issue 23 pt 6: Δ is sized by paper.departure (absolute on a 0-1 scale, relative otherwise)
+    with the thresholds of paper.DEPARTURE_SIZES; the edges fall where the table says."""
+    from probeguard_core.paper import DEPARTURE_SIZES, departure, departure_size
+
+    small, medium = DEPARTURE_SIZES["absolute"]
+    assert departure_size(0.003, 0.7, "auroc") == "small"
+    assert departure_size(-small, 0.7, "auroc") == "medium"  # at the bound: the next size
+    assert departure_size(0.986, 0.01, "fraction") == "large"  # +98.6 pp
+    assert departure_size(medium - 1e-6, 0.5, "fraction") == "medium"
+    rs, rm = DEPARTURE_SIZES["relative"]
+    assert departure(30.0, 100.0, "count") == pytest.approx(0.30)
+    assert departure_size(100 * rs / 2, 100.0, "count") == "small"
+    assert departure_size(100 * rm, 100.0, "seconds") == "large"
+    assert departure_size(5.0, 0.0, "count") == "large"  # paper 0: the absolute difference
+    assert departure_size(float("nan"), 0.5, "auroc") == ""
+
+
+def test_beside_tables_class_each_delta_by_its_size() -> None:
+    """The Δ cells of wide_beside / long_beside carry pg-diff-small / -medium / -large, matching
+    departure_size of their row (issue 23 pt 6), and the CSS styles each size."""
+    from probeguard_core.paper import departure_size
+
+    b = _beside_frame()
+    units = {"unanimous_share": "fraction", "n_unanimous": "count", "auroc": "auroc"}
+    want = [departure_size(d, p, units[q]) for d, p, q in zip(b["diff"], b["paper"], b["quantity"])]
+    assert {w for w in want if w}, "the fixture has no difference to size"
+    html = T.long_beside(b, keys=["dataset", "quantity", "signal"]).to_html()
+    cells = re.findall(r'<td [^>]*class="([^"]*\bpg-diff\b[^"]*)"', html)  # one Δ cell per row, in order
+    got = [next((c.removeprefix("pg-diff-") for c in cls.split() if c.startswith("pg-diff-")), "") for cls in cells]
+    assert got == want
+    wide = T.wide_beside(b, index=["quantity", "signal"], columns=["dataset"]).to_html()
+    for size in {w for w in want if w}:
+        assert f"pg-diff-{size}" in wide
+    css = (Path(__file__).resolve().parents[1] / "book/_static/custom.css").read_text(encoding="utf-8")
+    for size in ("small", "medium", "large"):
+        assert f"td.pg-diff.pg-diff-{size}" in css
+
+
+def test_wide_beside_bolds_as_the_paper_bolds() -> None:
+    """Issue 23 pt 6: ours is bold only where it is the best of its column among ours (AUROC the
+    highest, AURC the lowest, compared as shown; ties all bold), never a count or a fraction,
+    and a long table (whose column mixes keys) bolds nothing."""
+    rows = [("auroc", "rse", 0.6004), ("auroc", "keep_rate", 0.7001), ("auroc", "p_true", 0.6998),
+            ("aurc", "rse", 0.21), ("aurc", "keep_rate", 0.12), ("aurc", "p_true", 0.30),
+            ("unanimous_share", "rse", 0.9), ("unanimous_share", "keep_rate", 0.1)]
+    df = pd.DataFrame([{"dataset": d, "quantity": q, "signal": s, "value": v + (0.01 if d == "mmlu_pro_med" and s == "rse" else 0),
+                        "paper": np.nan, "diff": np.nan} for d in ("medqa", "mmlu_pro_med") for q, s, v in rows])
+    html = T.wide_beside(df, index=["quantity", "signal"], columns=["dataset"]).to_html()
+    bold = re.findall(r'<td [^>]*class="[^"]*\bpg-best\b[^"]*"[^>]*>([^<]*)</td>', html)
+    # MedQA: 0.700 and 0.700 tie as shown (AUROC), 0.120 (AURC); MMLU-Pro med the same (rse's 0.610 < 0.700)
+    assert sorted(bold) == sorted(["0.700", "0.700", "0.120"] * 2)
+    assert html.count("pg-ours") == 2 * len(rows)
+    long_html = T.long_beside(df, keys=["dataset", "quantity", "signal"]).to_html()
+    assert "pg-best" not in long_html
+    css = (Path(__file__).resolve().parents[1] / "book/_static/custom.css").read_text(encoding="utf-8")
+    assert re.search(r"td\.pg-ours\.pg-best\s*\{[^}]*font-weight", css)
+    assert not re.search(r"td\.pg-ours\s*\{[^}]*font-weight", css), "every ours cell is bold again"
 
 
 def test_display_helpers_accept_an_empty_table() -> None:

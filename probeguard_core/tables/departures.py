@@ -22,7 +22,8 @@ where the other pages show them (issue 22, point 4): :func:`input_sentence` / :f
 under a table (``Page.inputs_note``) and ``tables.captioned(..., inputs=)`` in a figure's caption.
 
 How far a row departs (``departure``) is ``|Δ|`` for numbers on a 0-1 scale (AUROC, AURC,
-fractions, correlations) and ``|Δ| / |paper|`` for counts, seconds and tokens (``scale`` says which).
+fractions, correlations) and ``|Δ| / |paper|`` for counts, seconds and tokens (``scale`` says which):
+:func:`probeguard_core.paper.departure`, the one definition the tables' Δ styling also sizes by.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from probeguard_core.paper import BOUNDED_UNITS, departure
+
 __all__ = [
-    "BOUNDED_UNITS",
     "INPUT_QUANTITIES",
     "MECHANISMS",
     "Departures",
@@ -54,8 +56,6 @@ __all__ = [
     "mechanisms_markdown",
 ]
 
-#: Units whose numbers lie on a 0-1 scale: their departure is the absolute difference.
-BOUNDED_UNITS: frozenset[str] = frozenset({"auroc", "aurc", "fraction", "correlation"})
 #: Reported quantities a simulated release is *given* (``params.yaml`` paths that set them; ``*``
 #: is any cell, backbone or specialty). Agreement of these with the paper proves nothing.
 INPUT_QUANTITIES: dict[str, tuple[str, ...]] = {
@@ -312,8 +312,7 @@ def departures(generated: str | Path, names: Sequence[str], *, simulated: bool,
     rows["role"] = ["setting" if q in SETTINGS else "input" if q in inputs else "emerged" for q in rows["quantity"]]
     rows["set_by"] = ["; ".join(inputs.get(q, [])) for q in rows["quantity"]]
     bounded = rows["unit"].isin(BOUNDED_UNITS)
-    rel = rows["diff"].abs() / rows["paper"].abs().where(rows["paper"] != 0)
-    rows["departure"] = rows["diff"].abs().where(bounded, rel.fillna(rows["diff"].abs()))
+    rows["departure"] = [departure(d, p, u) for d, p, u in zip(rows["diff"], rows["paper"], rows["unit"])]
     rows["scale"] = ["absolute" if b else "relative" for b in bounded]
     rows["what"] = [_what(r) for r in rows.to_dict("records")]
     rows = rows.sort_values("departure", ascending=False, kind="mergesort").reset_index(drop=True)

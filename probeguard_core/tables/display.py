@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from probeguard_core.paper import UNITS, display_label, format_beside
+from probeguard_core.paper import BETTER, UNITS, departure_size, display_label, format_beside
 from probeguard_core.tables.protocols import CellLike
 
 __all__ = [
@@ -39,6 +39,32 @@ BESIDE_SUBCOLUMNS: tuple[str, ...] = ("ours", "paper", "Δ")
 
 
 _SUB_CLASS = {"ours": "pg-ours", "paper": "pg-paper", "Δ": "pg-diff"}
+
+
+def _best_of_column(df: pd.DataFrame, value_col: str, units: pd.Series, by: Sequence[str], decimals: int) -> pd.Series:
+    """Bold as the paper bolds (Table 2: "Best value per column in bold"): True for the rows whose
+    ``value_col`` is the best, as shown (rounded to ``decimals``), of its column, where a column is
+    one value of the ``by`` keys and one quantity (or unit), and only for a unit with a better
+    direction (:data:`paper.BETTER`: AUROC higher, AURC lower) and at least two numbers to rank.
+    Ties are all bold, as in the paper."""
+    best = pd.Series(False, index=df.index)
+    values = pd.to_numeric(df[value_col], errors="coerce").round(decimals)
+    quantity = df["quantity"].astype(str) if "quantity" in df.columns else units
+    keys = pd.DataFrame({**{f"k{i}": df[c].astype(str) for i, c in enumerate(by)}, "unit": units, "q": quantity})
+    for _, idx in keys.groupby(list(keys.columns), sort=False).groups.items():
+        direction = BETTER.get(str(units.loc[idx[0]]), "")
+        v = values.loc[idx].dropna()
+        if direction and len(v) >= 2:
+            best.loc[v.index[v == (v.max() if direction == "higher" else v.min())]] = True
+    return best
+
+
+def _diff_classes(df: pd.DataFrame, value_col: str, units: pd.Series) -> list[str]:
+    """The CSS classes of each row's Δ cell: ``pg-diff`` and its size, ``pg-diff-small`` /
+    ``-medium`` / ``-large`` (:func:`paper.departure_size`), so that a large departure stands out
+    and a small one stays quiet (``book/_static/custom.css``)."""
+    return [" ".join(filter(None, ("pg-diff", f"pg-diff-{size}" if size else "")))
+            for size in (departure_size(d, p, u) for d, p, u in zip(df["diff"], df["paper"], units))]
 
 
 #: Columns whose values :func:`styled` shows as labels (:func:`paper.display_label`).
@@ -271,10 +297,14 @@ def wide_beside(df: pd.DataFrame, index: Sequence[str], columns: Sequence[str], 
                          f"{df.loc[dup, index + columns].head(2).to_dict('records')}; select them apart first")
     if df.empty:  # a release without these inputs: an empty table with the header, beside its note
         return _style(pd.DataFrame(columns=[*index, *columns, *BESIDE_SUBCOLUMNS]), None, BESIDE_CLASS, hide_index=True)
-    shown = format_beside(df.assign(unit=_display_units(df)), value_col, decimals=decimals, pct_decimals=pct_decimals)
+    units = _display_units(df)
+    shown = format_beside(df.assign(unit=units), value_col, decimals=decimals, pct_decimals=pct_decimals)
     keys = pd.DataFrame({c: [label(c, v) for v in df[c]] for c in index + columns}, index=df.index)
     src = {"ours": value_col, "paper": "paper", "Δ": "diff"}
     cells = pd.concat([keys, shown[[value_col, "paper", "diff"]].rename(columns={value_col: "_ours"})], axis=1)
+    cells["_class"] = _diff_classes(df, value_col, units)
+    cells["_ours_class"] = ["pg-ours pg-best" if b else "pg-ours"
+                            for b in _best_of_column(df, value_col, units, columns, decimals)]
     groups = _nested_order(keys, columns)
     rows = _nested_order(keys, index) if index else [()]
     lookup = {(tuple(r[:len(index)]), tuple(r[len(index):len(index) + len(columns)])): r[len(index) + len(columns):]
@@ -288,7 +318,11 @@ def wide_beside(df: pd.DataFrame, index: Sequence[str], columns: Sequence[str], 
                  else pd.Index([r[0] for r in rows], name=index[0]) if index else pd.RangeIndex(1))
     wide = pd.DataFrame(data, index=row_index)
     wide.columns = pd.MultiIndex.from_tuples(list(data), names=[None] * (len(columns) + 1))
-    classes = pd.DataFrame([[_SUB_CLASS[c[-1]] for c in wide.columns]] * len(wide), index=wide.index, columns=wide.columns)
+    cls_at = {"Δ": 3, "ours": 4}  # positions of the Δ and ours classes in a lookup entry
+    classes = pd.DataFrame({(*g, sub): [lookup[(r, g)][cls_at[sub]] if sub in cls_at and (r, g) in lookup
+                                        else _SUB_CLASS[sub] for r in rows]
+                            for g in groups for sub in BESIDE_SUBCOLUMNS}, index=wide.index)
+    classes.columns = wide.columns
     sty = _style(wide, classes, BESIDE_CLASS, hide_index=not index)
     sty.map_index(lambda v: "" if v == "ours" else "opacity: 0.65; font-weight: normal;", axis="columns",
                   level=len(columns))
@@ -307,7 +341,8 @@ def long_beside(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = ()
         if c not in df.columns:
             raise ValueError(f"long_beside: {c!r} is not a column of the table: {list(df.columns)}")
     units = extra_units or {}
-    shown = format_beside(df.assign(unit=_display_units(df)), value_col, decimals=decimals, pct_decimals=pct_decimals)
+    units_of_rows = _display_units(df)
+    shown = format_beside(df.assign(unit=units_of_rows), value_col, decimals=decimals, pct_decimals=pct_decimals)
     out = pd.DataFrame({c: [label(c, v) for v in df[c]] for c in keys}, index=df.index)
     out["ours"], out["paper"], out["Δ"] = shown[value_col], shown["paper"], shown["diff"]
     for c in extra:
@@ -315,6 +350,7 @@ def long_beside(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = ()
     out = out.reset_index(drop=True)
     cls = {**{c: "pg-key" for c in keys}, **{s: _SUB_CLASS[s] for s in BESIDE_SUBCOLUMNS}, **{c: "pg-extra" for c in extra}}
     classes = pd.DataFrame([[cls[c] for c in out.columns]] * len(out), columns=out.columns)
+    classes["Δ"] = _diff_classes(df, value_col, units_of_rows)
     sty = _style(out, classes, BESIDE_CLASS, hide_index=True)
     sty.map_index(lambda v: "opacity: 0.65; font-weight: normal;" if v in ("paper", "Δ") else "", axis="columns")
     return sty

@@ -142,6 +142,14 @@ FIGURES: dict[str, FigureText] = {
         "certify the top of a stratum above α (right panel, right of the dashed line).",
         "Two line charts of certified coverage: against calibration size on a log axis, one line per base error "
         "rate; and against base error rate, one line per calibration size, with a dashed line at α."),
+    "alpha_explorer": FigureText(
+        "Figure R.1",
+        "Certified coverage (left) and realized test risk (right) against the target risk level α, one line per "
+        "stratum and score, means over this release's calibration/test splits (beyond the paper: Figure 4 at "
+        "every α from 0.01 to 0.30). Move the slider: the dashed rule and the points mark the chosen α, and the "
+        "table under the chart reads them out; dotted: the risk = α diagonal.",
+        "Two line charts with a slider for α: certified coverage and realized risk against α, one line per "
+        "stratum and score, a dashed vertical rule at the chosen α and a dotted risk = α diagonal."),
     "drift_timeline": FigureText(
         "Figure M.1",
         "Monitoring a deployed certificate (beyond the paper): the lower confidence bound on each certified "
