@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,24 @@ def write_records(path: str | Path, records: Iterable[Mapping[str, Any] | str]) 
         data = gzip.compress(data, mtime=0)
     p.write_bytes(data)
     return p
+
+
+def paper_text_path() -> Path | None:
+    """The paper's text: ``$PROBEGUARD_PAPER_TEXT``, ``data/paper/probeguard-paper.txt`` or
+    ``../shared/paper/probeguard-paper.txt`` beside the repository; None where there is none."""
+    repo = Path(__file__).resolve().parents[1]
+    for candidate in (os.environ.get("PROBEGUARD_PAPER_TEXT"), repo / "data" / "paper" / "probeguard-paper.txt",
+                      repo.parent / "shared" / "paper" / "probeguard-paper.txt"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def paper_text() -> str:
+    """The paper's text (:func:`paper_text_path`), or a skip that says how to give it."""
+    import pytest
+
+    path = paper_text_path()
+    if path is None:
+        pytest.skip("paper text not found: set PROBEGUARD_PAPER_TEXT to probeguard-paper.txt")
+    return path.read_text(encoding="utf-8")

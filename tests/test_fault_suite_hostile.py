@@ -21,17 +21,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from test_cli_certify import build_cell, certify_argv
+from test_cli_certify import build_cell
+import test_fault_suite
 from test_fault_suite import one_error_line, run
 
 from probeguard_core import claims as C
 from probeguard_core import deploy
-from probeguard_core.cli import main
 from probeguard_core.deploy.certificate import READABLE_VERSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = [ROOT / "data" / "simulated-v1" / "medqa" / "qwen3-8b",
             ROOT / "data" / "real-smollm2-135m-mmlu-med" / "mmlu-med" / "smollm2-135m-instruct"]
+cell, cert_path = test_fault_suite.cell, test_fault_suite.cert_path  # the fault suite's cell and certificate fixtures
 
 # --------------------------------------------------------------------------------------------
 # 1. a record that hangs the run: the claim extractor is linear in the rationale's length
@@ -42,16 +43,6 @@ OLD_SPAN = re.compile(r"<answer>.*?</answer>", re.IGNORECASE | re.DOTALL)
 TOKENS = ["<answer>", "</answer>", "<ANSWER>", "</Answer>", "<answer", "answer>", "</", "A", ". ", "\n", "x", "İ"]
 
 
-@pytest.fixture(scope="module")
-def cell(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return build_cell(tmp_path_factory.mktemp("cell"), n_s1=120, n_s2=80, n_s3=10)
-
-
-@pytest.fixture(scope="module")
-def cert_path(cell: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cert") / "o"
-    assert main([str(a) for a in certify_argv(cell, out, 0.2)]) == 0
-    return out / "certificate.json"
 
 
 @pytest.mark.parametrize("release_cell", RELEASES, ids=lambda p: p.parts[-3])

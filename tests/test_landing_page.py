@@ -5,13 +5,13 @@ release's name), before the ledger's scorecard."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import paper_text
 
 from probeguard_core.book import build as bb
 from probeguard_core.release import Release, load_release
@@ -20,12 +20,6 @@ REPO = Path(__file__).resolve().parents[1]
 INTRO = REPO / "book" / "intro.md"
 
 
-def _paper_text() -> str:
-    for c in (os.environ.get("PROBEGUARD_PAPER_TEXT"), REPO / "data" / "paper" / "probeguard-paper.txt",
-              REPO.parent / "shared" / "paper" / "probeguard-paper.txt"):
-        if c and Path(c).is_file():
-            return Path(c).read_text(encoding="utf-8")
-    pytest.skip("paper text not found: set PROBEGUARD_PAPER_TEXT to probeguard-paper.txt")
 
 
 def _flat(text: str) -> str:
@@ -46,7 +40,7 @@ def test_the_claim_quotes_the_abstract_exactly() -> None:
     para = text[text.index("The paper's claim"):text.index("{{ release_summary }}")]
     quotes = re.findall(r'"([^"]{20,})"', para)
     assert len(quotes) == 2, quotes
-    paper = _flat(_paper_text())
+    paper = _flat(paper_text())
     abstract = paper[paper.index("Abstract"):paper.index("1 Introduction")]
     for q in quotes:
         assert q in abstract, f"not the abstract's words: {q!r}"

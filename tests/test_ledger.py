@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from helpers import paper_text
 
 from probeguard_core import metrics as M
 from probeguard_core.cli import main
@@ -31,12 +31,6 @@ REPO = Path(__file__).resolve().parent.parent
 REAL = REPO / "data" / "real-smollm2-135m-mmlu-med"
 
 
-def _paper_text() -> str:
-    for p in (os.environ.get("PROBEGUARD_PAPER_TEXT"), REPO / "data" / "paper" / "probeguard-paper.txt",
-              REPO.parent / "shared" / "paper" / "probeguard-paper.txt"):
-        if p and Path(p).is_file():
-            return Path(p).read_text(encoding="utf-8")
-    pytest.skip("paper text not found: set PROBEGUARD_PAPER_TEXT to probeguard-paper.txt")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +50,7 @@ def tiny_ledger(tiny: Path):
 
 # --------------------------------------------------------------------------- the registry
 def test_every_quote_is_the_papers_sentence() -> None:
-    text = " ".join(_paper_text().replace("\u00a0", " ").split())
+    text = " ".join(paper_text().replace("\u00a0", " ").split())
     for c in load_claims():
         assert c.quote in text, c.id
 

@@ -11,7 +11,6 @@ those tests skip, saying so, when it is absent.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import paper_text_path
 
 from probeguard_core import paper
 from probeguard_core.logs import LogFormatError
@@ -45,19 +45,9 @@ NUMBER = re.compile(r"^\d+(?:\.\d+)?%?$")
 # The paper text, cut into the sections a row's ``source`` names
 # --------------------------------------------------------------------------------------------
 
-def _paper_text_path() -> Path | None:
-    candidates = [os.environ.get("PROBEGUARD_PAPER_TEXT"),
-                  REPO / "data" / "paper" / "probeguard-paper.txt",
-                  REPO.parent / "shared" / "paper" / "probeguard-paper.txt"]
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            return Path(candidate)
-    return None
-
-
 @pytest.fixture(scope="module")
 def paper_lines() -> list[str]:
-    path = _paper_text_path()
+    path = paper_text_path()
     if path is None:
         pytest.skip("paper text not found: set PROBEGUARD_PAPER_TEXT to probeguard-paper.txt")
     return path.read_text(encoding="utf-8").replace("\u00a0", " ").splitlines()

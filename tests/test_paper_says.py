@@ -5,12 +5,12 @@ cells the paper gives are filled (global LTT's and pooled certification's 0, App
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import paper_text
 
 from probeguard_core import tables as T
 from probeguard_core.paper import beside_paper
@@ -20,12 +20,6 @@ REPO = Path(__file__).resolve().parents[1]
 RELEASE = REPO / "data" / "simulated-v1"
 
 
-def _paper_text() -> str:
-    for c in (os.environ.get("PROBEGUARD_PAPER_TEXT"), REPO / "data" / "paper" / "probeguard-paper.txt",
-              REPO.parent / "shared" / "paper" / "probeguard-paper.txt"):
-        if c and Path(c).is_file():
-            return Path(c).read_text(encoding="utf-8")
-    pytest.skip("paper text not found: set PROBEGUARD_PAPER_TEXT to probeguard-paper.txt")
 
 
 def _quotes(text: str) -> list[str]:
@@ -42,7 +36,7 @@ def test_caption_quotes_the_paper(notebook: str, caption: str, quote: str, wrong
     src = re.sub(r"\s+", " ", (REPO / "notebooks" / f"{notebook}.md").read_text(encoding="utf-8"))
     para = src[src.index(caption):].split("```")[0]
     assert quote in para and wrong not in para
-    paper = re.sub(r"\s+", " ", _paper_text())
+    paper = re.sub(r"\s+", " ", paper_text())
     assert quote.lower() in paper.lower()
     for q in _quotes(para):  # every quotation in the caption is the paper's own words
         assert q.lower() in paper.lower(), q
@@ -52,7 +46,7 @@ def test_whatif_caption_does_not_contradict_its_own_page() -> None:
     text = T.FIGURES["whatif_coverage"].caption
     assert "A stratum whose error rate is above α receives no certified region." not in text
     assert "a stratum above it receives no certified region" in text
-    assert "a stratum above it receives no certified region" in _paper_text()
+    assert "a stratum above it receives no certified region" in paper_text()
     cov = pd.DataFrame({"base_error": [0.05, 0.262, 0.262], "n_cal": [100, 100, 800],
                         "coverage_mean": [1.0, 0.10, 0.559]})
     said = T.whatif_above_alpha(cov, 0.15)
@@ -106,7 +100,7 @@ def test_deploying_page_is_written_with_values_and_says_why_two_coverages_differ
 def test_whatif_tables_read_in_words_and_whole_questions() -> None:
     src = (REPO / "notebooks" / "whatif_simulator.md").read_text(encoding="utf-8")
     assert src.count(".rename_axis(**words)") == 2 and '"calibration size"' in src
-    assert 'n_cal=int(round(obs["n_cal"]))' in src and "`n_splits`" not in src
+    assert 'int(round(obs["n_cal"]))' in src and "`n_splits`" not in src
 
 
 def test_pages_cite_through_the_one_bibliography() -> None:
