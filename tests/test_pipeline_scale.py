@@ -65,42 +65,44 @@ def test_ray_job_on_local_cluster_matches_single_run(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray", reason="Ray Data is in the 'test' extra")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # before ray.init: the workers inherit it
     from probeguard_core.cli import main
-    from probeguard_core.pipeline.engines import make_engine
-    from probeguard_core.pipeline.ray_scale import run_substrate_ray
-    from probeguard_core.pipeline.retrieval import BM25Index, CrossEncoderReranker, Retriever
-    from probeguard_core.questions import load_questions
 
     tm.build_tiny_qwen3(tmp_path / "qwen")
     tm.build_tiny_cross_encoder(tmp_path / "ce")
     tm.write_corpus(tmp_path / "corpus.jsonl")
-    questions = load_questions(tm.write_questions(tmp_path / "b.json", 4), dataset="medqa")
+    qfile = tm.write_questions(tmp_path / "b.json", 4)
     assert main(["index", "build", "--corpus", str(tmp_path / "corpus.jsonl"), "--out", str(tmp_path / "index")]) == 0
-    cfg = SubstrateConfig(dataset="medqa", backbone="tiny", n_candidates=2, max_rounds=2, max_new_tokens=8,
-                          query_max_new_tokens=8)
+    run = ["substrate", "--questions", str(qfile), "--dataset", "medqa", "--n", "2", "--rounds", "2",
+           "--max-new-tokens", "8", "--query-max-new-tokens", "8", "--index", str(tmp_path / "index"),
+           "--reranker", str(tmp_path / "ce"), "--engine", "transformers", "--device", "cpu",
+           "--model", str(tmp_path / "qwen"), "--batch-size", "2", "--reproducible", "--no-progress"]
     out = tmp_path / "ray" / "logs.jsonl"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        got = run_substrate_ray(questions, out=out, model=str(tmp_path / "qwen"), index=tmp_path / "index", config=cfg,
-                                reranker=str(tmp_path / "ce"), engine="transformers",
-                                engine_kwargs={"device": "cpu"}, replicas=2, num_cpus_per_worker=1, shards=3,
-                                batch_size=2, reproducible=True)
+        # the CLI uses the connection made here; on a cluster it connects to --ray-address itself
+        assert main([*run, "--out", str(out), "--ray-address", "auto", "--replicas", "2",
+                     "--num-cpus-per-worker", "1", "--shards", "3"]) == 0
+        assert ray.cluster_resources().get("CPU") == 2
     finally:
         ray.shutdown()
-    assert got == out
     assert [part_path(out, i).exists() for i in range(4)] == [True, True, True, False]  # three shards, three parts
 
     single = tmp_path / "single" / "logs.jsonl"
-    engine = make_engine("transformers", str(tmp_path / "qwen"), device="cpu")
-    retriever = Retriever(BM25Index.load(tmp_path / "index"), CrossEncoderReranker(str(tmp_path / "ce")))
-    run_substrate(questions, engine, retriever, single, cfg, batch_size=2, reproducible=True, progress=False)
+    assert main([*run, "--out", str(single)]) == 0
     assert out.read_bytes() == single.read_bytes()
     assert (out.parent / "logs.run.json").read_bytes() == (single.parent / "logs.run.json").read_bytes()
-    assert [r.qid for r in read_logs(out)] == [str(q.qid) for q in questions]
+    qids = [json.loads(line)["qid"] for line in single.read_text().splitlines()]
+    assert len(qids) == 4 and [r.qid for r in read_logs(out)] == qids
     cost = (out.parent / "logs.cost.jsonl").read_text().splitlines()
-    assert [json.loads(line)["qid"] for line in cost] == [str(q.qid) for q in questions]
+    assert [json.loads(line)["qid"] for line in cost] == qids
 
 
-def test_ray_job_argument_errors():
+def test_ray_job_argument_errors(tmp_path, capsys):
+    from probeguard_core.cli import main
+
+    qfile = tm.write_questions(tmp_path / "b.json", 2)
+    assert main(["substrate", "--questions", str(qfile), "--dataset", "medqa", "--rounds", "1", "--model", "m",
+                 "--out", str(tmp_path / "x.jsonl"), "--ray-address", "auto", "--replicas", "0"]) == 2
+    assert "--replicas must be >= 1" in capsys.readouterr().err and not (tmp_path / "x.jsonl").exists()
     cfg = SubstrateConfig(dataset="d", backbone="b")
     from probeguard_core.pipeline.ray_scale import run_substrate_ray
 
