@@ -78,8 +78,8 @@ def render(extras: tuple[str, ...], name: str, extra_pip: list[str] | None = Non
 def targets() -> dict[Path, str]:
     return {
         ROOT / "environment.yml": render(EXTRAS, "probeguard"),
-        # GPU hosts: the same plus vLLM (never installed by CI or `make test`).
-        ROOT / "environment-gpu.yml": render(EXTRAS, "probeguard-gpu", extra_pip=["vllm", "ray[data]"]),
+        # GPU hosts: the same plus vLLM (never installed by CI or `make test`; Ray Data is in `test`).
+        ROOT / "environment-gpu.yml": render(EXTRAS, "probeguard-gpu", extra_pip=["vllm"]),
     }
 
 

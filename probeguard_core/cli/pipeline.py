@@ -21,6 +21,11 @@ G = "consensus_generation"  # defaults: probeguard_core/data/hyperparameters.yam
 def _engine(args: argparse.Namespace):
     from probeguard_core.pipeline.engines import make_engine
 
+    return make_engine(args.engine, args.model, **_engine_kwargs(args))
+
+
+def _engine_kwargs(args: argparse.Namespace) -> dict:
+    """The engine's keyword arguments from the stage's flags (one engine per process or Ray actor)."""
     from probeguard_core.pipeline.profiles import get_profile
 
     prof = get_profile(getattr(args, "profile", "probeguard"))
@@ -36,7 +41,7 @@ def _engine(args: argparse.Namespace):
         kw["device"] = args.device
         if getattr(args, "batch_prompts", None) is not None:
             kw["batch_prompts"] = args.batch_prompts
-    return make_engine(args.engine, args.model, **kw)
+    return kw
 
 
 def _retriever(args: argparse.Namespace):
@@ -63,11 +68,36 @@ def _substrate(args: argparse.Namespace) -> int:
                           max_rounds=args.rounds, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                           query_max_new_tokens=args.query_max_new_tokens, seed=args.seed,
                           prompt_version=args.prompt_version, profile=args.profile)
-    retriever = _retriever(args) if args.rounds > 1 else None
     batch = args.batch_size or (64 if args.engine == "vllm" else (args.batch_prompts or 1))
+    if args.ray_address is not None:
+        return _substrate_ray(args, questions, cfg, batch)
+    retriever = _retriever(args) if args.rounds > 1 else None
     out = run_substrate(questions, _engine(args), retriever, args.out, cfg, batch_size=batch,
                         reproducible=args.reproducible, progress=not args.no_progress)
     print(f"substrate: wrote {out}")
+    return 0
+
+
+def _substrate_ray(args: argparse.Namespace, questions: list, cfg, batch: int) -> int:
+    """``--ray-address``: the same run as a Ray Data job (pipeline/ray_scale.py), one engine per actor."""
+    from probeguard_core.pipeline.ray_scale import run_substrate_ray
+
+    if args.replicas < 1:
+        raise ValueError(f"--replicas must be >= 1, got {args.replicas}")
+    try:
+        import ray
+    except ImportError as exc:
+        raise ValueError("--ray-address needs Ray Data: pip install 'ray[data]' (in the 'test' extra)") from exc
+    if not ray.is_initialized():  # a caller (a test, a notebook) may have connected already
+        ray.init(address=args.ray_address)
+    out = run_substrate_ray(questions, out=args.out, model=args.model, index=args.index if args.rounds > 1 else None,
+                            config=cfg, reranker=None if args.reranker == "none" else args.reranker,
+                            engine=args.engine, engine_kwargs=_engine_kwargs(args), replicas=args.replicas,
+                            num_cpus_per_worker=args.num_cpus_per_worker,
+                            num_gpus_per_worker=args.num_gpus_per_worker,
+                            tensor_parallel_size=args.tensor_parallel_size, shards=args.shards, batch_size=batch,
+                            reproducible=args.reproducible)
+    print(f"substrate: wrote {out} (Ray Data, {args.replicas} workers)")
     return 0
 
 
@@ -171,6 +201,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(MA-RAG's own rules; docs/pipeline.md)")
     _common(p, llm=True)
     _retrieval_args(p, required=False)
+    r = p.add_argument_group("Ray Data scale-out (pipeline/ray_scale.py; docs/pipeline.md)")
+    r.add_argument("--ray-address", default=None,
+                   help="run as a Ray Data job on this cluster ('auto': the one `ray start` made here; "
+                        "'local': a new local one); unset: one process")
+    r.add_argument("--replicas", type=int, default=1, help="Ray: workers, each holding one engine")
+    r.add_argument("--num-cpus-per-worker", type=float, default=1, help="Ray: CPUs each worker reserves")
+    r.add_argument("--num-gpus-per-worker", type=float, default=None,
+                   help="Ray: GPUs each worker reserves (default: 1 with vLLM, 0 with transformers)")
+    r.add_argument("--shards", type=int, default=None, help="Ray: question shards (default: 4 per worker)")
     p.set_defaults(handler=_usage_errors(_substrate_checked))
 
     p = sub.add_parser("probe", help="counter-evidence probe and control arms -> probe.jsonl (DESIGN 2.2)")
