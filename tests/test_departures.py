@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from probeguard_core.tables import departures as dep
+from probeguard_core.tables import inputs
 
 
 def _write(folder: Path, name: str, df: pd.DataFrame) -> None:
@@ -68,9 +69,9 @@ def test_relative_departure_for_counts(tmp_path: Path) -> None:
 
 
 def test_an_input_the_simulator_lacks_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(dep.INPUT_QUANTITIES, "auroc", ("cells.*.auroc",))
+    monkeypatch.setitem(inputs.INPUT_QUANTITIES, "auroc", ("cells.*.auroc",))
     with pytest.raises(ValueError, match=r"params.yaml: no parameter matches 'cells\.\*\.auroc'"):
-        dep.input_parameters()
+        inputs.input_parameters()
 
 
 def test_caveats_read_from_the_datasheet(tmp_path: Path) -> None:

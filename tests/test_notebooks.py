@@ -87,7 +87,7 @@ LISTS_INPUTS = {"departures": "its 'role' column marks each input and names its 
 
 def _inputs_shown(out: Path) -> list[str]:
     """The quantities of INPUT_QUANTITIES a page's CSVs show beside the paper (rows with ours and the paper's)."""
-    from probeguard_core.tables.departures import INPUT_QUANTITIES
+    from probeguard_core.tables.inputs import INPUT_QUANTITIES
 
     shown: set[str] = set()
     for csv in out.glob("*.csv"):

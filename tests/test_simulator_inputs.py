@@ -1,7 +1,7 @@
 """Simulator inputs are marked where they are shown (issue 22, point 4): on a simulated release,
 a table or figure that shows a number the simulator was given (Table 6's and Figure 3's flip
 rates, Table 8's error rates, Appendix J's costs ...) says so next to it, from the one definition
-of which quantities are inputs (``tables.departures.INPUT_QUANTITIES`` / ``input_parameters``,
+of which quantities are inputs (``tables.inputs.INPUT_QUANTITIES`` / ``input_parameters``,
 which the departures page also uses). tests/test_notebooks.py checks every executed page."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from probeguard_core import tables  # noqa: E402
 from probeguard_core.book.outputs import Outputs  # noqa: E402
 from probeguard_core.book.page import Page  # noqa: E402
 from probeguard_core.release import Release  # noqa: E402
-from probeguard_core.tables.departures import INPUT_QUANTITIES, input_parameters, input_sentence, inputs_note  # noqa: E402
+from probeguard_core.tables.inputs import INPUT_QUANTITIES, input_parameters, input_sentence, inputs_note  # noqa: E402
 
 
 def _release(provenance: str) -> Release:

@@ -88,9 +88,9 @@ class Page:
 
     def inputs_note(self, shown: Any) -> Any:
         """The one-line note under a table whose numbers include inputs of the simulator (issue 22,
-        point 4): :func:`tables.departures.inputs_note` for this page's release; shows nothing on a
+        point 4): :func:`tables.inputs.inputs_note` for this page's release; shows nothing on a
         real release or when ``shown`` (the table, or its quantities) holds no input."""
-        from probeguard_core.tables.departures import inputs_note
+        from probeguard_core.tables.inputs import inputs_note
 
         return inputs_note(self.release, shown)
 

@@ -181,7 +181,7 @@ def captioned(target: Any, name: str, fig: Any, extra: str = "",
 
     ``target`` is a :class:`book.page.Page` or its ``Outputs``. ``inputs``: the table the figure
     draws; on a simulated release (``target`` a Page), the caption then says which of its
-    quantities were given to the simulator (:func:`tables.departures.input_sentence`)."""
+    quantities were given to the simulator (:func:`tables.inputs.input_sentence`)."""
     import matplotlib.pyplot as plt
     from IPython.display import HTML
 
@@ -191,7 +191,7 @@ def captioned(target: Any, name: str, fig: Any, extra: str = "",
     if name not in FIGURES:
         raise KeyError(f"captioned: no number / caption / alt text for figure {name!r} in tables.figures.FIGURES")
     if inputs is not None:
-        from probeguard_core.tables.departures import input_sentence
+        from probeguard_core.tables.inputs import input_sentence
 
         release = getattr(target, "release", None)
         if release is None:
