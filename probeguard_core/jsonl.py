@@ -40,6 +40,7 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_LINE_BYTES",
     "LogFormatError",
+    "check_values",
     "gc_paused",
     "iter_jsonl",
     "loc_to_field",
@@ -244,13 +245,20 @@ def _decode_line(p: Path, n: int, raw: bytes) -> dict[str, Any]:
     obj = _parse_strict(p, n, text)
     if not isinstance(obj, dict):
         raise LogFormatError(p, n, None, f"expected a JSON object, got {type(obj).__name__}")
+    check_values(p, n, obj, "nesting too deep to check")
+    return dict(obj)
+
+
+def check_values(p: Path, n: int | None, obj: Any, too_deep: str) -> None:
+    """Refuse a parsed line or document holding a value no record may hold (:func:`_scan`: NaN,
+    infinities, ...), naming ``p``, line ``n`` and the field; a structure too deep to walk is
+    refused as ``invalid JSON: <too_deep>``."""
     try:
         bad = _scan(obj)
     except RecursionError:
-        raise LogFormatError(p, n, None, "invalid JSON: nesting too deep to check") from None
+        raise LogFormatError(p, n, None, f"invalid JSON: {too_deep}") from None
     if bad:
         raise LogFormatError(p, n, loc_to_field(bad[0]) or None, bad[1])
-    return dict(obj)
 
 
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
-from probeguard_core.jsonl import LogFormatError, _object_hook, _scan, iter_jsonl, loc_to_field, read_document
+from probeguard_core.jsonl import LogFormatError, _object_hook, check_values, iter_jsonl, loc_to_field, read_document
 from probeguard_core.logs import _FieldError, check_options, validate_record
 
 __all__ = ["Doc", "Question", "iter_corpus", "load_corpus", "load_questions"]
@@ -143,12 +143,7 @@ def _read_json(p: Path) -> Any:
         raise LogFormatError(p, None, None, "invalid JSON: nested too deeply") from None
     except ValueError as exc:  # issue 25: e.g. an integer of more than 4,300 digits
         raise LogFormatError(p, None, None, f"invalid JSON: {exc}") from None
-    try:
-        bad = _scan(data)
-    except RecursionError:
-        raise LogFormatError(p, None, None, "invalid JSON: nested too deeply") from None
-    if bad:
-        raise LogFormatError(p, None, loc_to_field(bad[0]) or None, bad[1])
+    check_values(p, None, data, "nested too deeply")
     return data
 
 

@@ -16,17 +16,12 @@ def engine(tmp_path_factory):
     return TransformersEngine(str(folder), device="cpu", dtype="float32", max_batch_rows=12)
 
 
-def _prompts(k: int):
-    return [[{"role": "system", "content": "Answer."}, {"role": "user", "content": f"question number {i} " * (i + 1)}]
-            for i in range(k)]
-
-
 def test_fast_path_samples_the_same_tokens_as_generate(engine):
     kw = {"n": 4, "temperature": 0.7, "max_new_tokens": 12, "seed": [5, 6, 7], "logprobs": 5}
     engine.fast = False
-    ref = engine.generate(_prompts(3), **kw)
+    ref = engine.generate(tm.chat_prompts(3), **kw)
     engine.fast = True
-    fast = engine.generate(_prompts(3), **kw)
+    fast = engine.generate(tm.chat_prompts(3), **kw)
     for fa, ra in zip(fast, ref):
         for f, r in zip(fa, ra):
             assert (f.text, f.n_tokens) == (r.text, r.n_tokens)
@@ -37,20 +32,20 @@ def test_fast_path_samples_the_same_tokens_as_generate(engine):
 
 def test_greedy_and_without_logprobs(engine):
     engine.fast = False
-    ref = engine.generate(_prompts(2), n=1, temperature=0.0, max_new_tokens=10, seed=1, logprobs=None)
+    ref = engine.generate(tm.chat_prompts(2), n=1, temperature=0.0, max_new_tokens=10, seed=1, logprobs=None)
     engine.fast = True
-    fast = engine.generate(_prompts(2), n=1, temperature=0.0, max_new_tokens=10, seed=1, logprobs=None)
+    fast = engine.generate(tm.chat_prompts(2), n=1, temperature=0.0, max_new_tokens=10, seed=1, logprobs=None)
     assert [g[0].text for g in fast] == [g[0].text for g in ref]
     assert fast[0][0].token_logprobs is None
 
 
 def test_fast_path_is_deterministic_and_chunking_invariant_per_prompt_seed(engine):
     kw = {"n": 3, "temperature": 0.7, "max_new_tokens": 10, "logprobs": 5}
-    a = engine.generate(_prompts(4), seed=[1, 2, 3, 4], **kw)
-    b = engine.generate(_prompts(4), seed=[1, 2, 3, 4], **kw)
+    a = engine.generate(tm.chat_prompts(4), seed=[1, 2, 3, 4], **kw)
+    b = engine.generate(tm.chat_prompts(4), seed=[1, 2, 3, 4], **kw)
     assert a == b  # byte-identical records for the same call
     engine.max_batch_rows = 3  # one prompt per batch: same tokens
-    c = engine.generate(_prompts(4), seed=[1, 2, 3, 4], **kw)
+    c = engine.generate(tm.chat_prompts(4), seed=[1, 2, 3, 4], **kw)
     engine.max_batch_rows = 12
     assert [[g.text for g in x] for x in a] == [[g.text for g in x] for x in c]
 
@@ -58,7 +53,7 @@ def test_fast_path_is_deterministic_and_chunking_invariant_per_prompt_seed(engin
 def test_forced_answer_tag(engine):
     opener, closer = "\n<answer>", "</answer>"
     engine.forced_rows = engine.tagged_rows = 0
-    out = engine.generate(_prompts(2), n=3, temperature=0.7, max_new_tokens=14, seed=[3, 4], logprobs=5,
+    out = engine.generate(tm.chat_prompts(2), n=3, temperature=0.7, max_new_tokens=14, seed=[3, 4], logprobs=5,
                           force_tag=(opener, closer))
     for gens in out:
         for g in gens:
@@ -67,10 +62,10 @@ def test_forced_answer_tag(engine):
             assert len(g.token_logprobs) < g.n_tokens
     assert engine.forced_rows + engine.tagged_rows == 6
     with pytest.raises(ValueError, match="no room"):
-        engine.generate(_prompts(1), n=1, temperature=0.7, max_new_tokens=3, seed=1, force_tag=(opener, closer))
+        engine.generate(tm.chat_prompts(1), n=1, temperature=0.7, max_new_tokens=3, seed=1, force_tag=(opener, closer))
     engine.fast = False
     with pytest.raises(ValueError, match="fast path"):
-        engine.generate(_prompts(1), n=1, temperature=0.7, max_new_tokens=8, seed=1, force_tag=(opener, closer))
+        engine.generate(tm.chat_prompts(1), n=1, temperature=0.7, max_new_tokens=8, seed=1, force_tag=(opener, closer))
     engine.fast = True
 
 
@@ -88,7 +83,7 @@ def test_vllm_logprob_arrays_sorted_best_first_ties_by_id():
 def test_response_prefix_is_forced_and_not_counted(engine):
     for fast in (True, False):
         engine.fast = fast
-        (g,), = engine.generate(_prompts(1), n=1, temperature=0.0, max_new_tokens=6, seed=1, logprobs=None,
+        (g,), = engine.generate(tm.chat_prompts(1), n=1, temperature=0.0, max_new_tokens=6, seed=1, logprobs=None,
                                 response_prefix="[Query 1]")
         assert g.text.startswith("[Query 1]") and g.n_tokens <= 6
     engine.fast = True

@@ -16,11 +16,6 @@ def engine(tmp_path_factory):
     return TransformersEngine(str(folder), device="cpu", dtype="float32", batch_prompts=3)
 
 
-def _prompts(k: int):
-    return [[{"role": "system", "content": "Answer."}, {"role": "user", "content": f"question number {i} " * (i + 1)}]
-            for i in range(k)]
-
-
 def test_row_uniforms_keyed_by_seed_sample_and_step():
     u = row_uniforms([5, 9], 3, 10)
     assert u.shape == (6, 10) and np.all((u >= 0) & (u < 1))
@@ -30,8 +25,8 @@ def test_row_uniforms_keyed_by_seed_sample_and_step():
 
 def test_batched_engine_reruns_identical_and_shapes(engine):
     kw = {"n": 3, "temperature": 0.7, "max_new_tokens": 20, "logprobs": 5}
-    a = engine.generate(_prompts(5), seed=[1, 2, 3, 4, 5], **kw)
-    b = engine.generate(_prompts(5), seed=[1, 2, 3, 4, 5], **kw)
+    a = engine.generate(tm.chat_prompts(5), seed=[1, 2, 3, 4, 5], **kw)
+    b = engine.generate(tm.chat_prompts(5), seed=[1, 2, 3, 4, 5], **kw)
     assert a == b  # same chunking: byte-identical records
     assert [len(g) for g in a] == [3] * 5
     for gens in a:
@@ -45,8 +40,8 @@ def test_batched_greedy_matches_reference_tokens(engine):
     ref = TransformersEngine.__new__(TransformersEngine)
     ref.__dict__.update(engine.__dict__, batch_prompts=None, fast=False)
     kw = {"n": 1, "temperature": 0.0, "max_new_tokens": 10, "seed": 1, "logprobs": 5}
-    got = engine.generate(_prompts(4), **kw)
-    want = ref.generate(_prompts(4), **kw)
+    got = engine.generate(tm.chat_prompts(4), **kw)
+    want = ref.generate(tm.chat_prompts(4), **kw)
     assert [g[0].text for g in got] == [g[0].text for g in want]
     for x, y in zip(got, want):
         assert x[0].token_logprobs == pytest.approx(y[0].token_logprobs, abs=1e-4)
@@ -54,7 +49,7 @@ def test_batched_greedy_matches_reference_tokens(engine):
 
 def test_batched_rejects_force_tag(engine):
     with pytest.raises(ValueError, match="batched engine"):
-        engine.generate(_prompts(1), n=1, temperature=0.7, max_new_tokens=8, seed=1, force_tag=("<a>", "</a>"))
+        engine.generate(tm.chat_prompts(1), n=1, temperature=0.7, max_new_tokens=8, seed=1, force_tag=("<a>", "</a>"))
 
 
 def test_substrate_with_batched_engine_records_chunking_and_resumes(engine, tmp_path):

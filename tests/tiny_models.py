@@ -49,6 +49,12 @@ def sentences(n: int = 400, seed: int = 0) -> list[str]:
     return out
 
 
+def chat_prompts(k: int) -> list[list[dict[str, str]]]:
+    """``k`` short chat prompts of different lengths, for the tiny engines' tests."""
+    return [[{"role": "system", "content": "Answer."}, {"role": "user", "content": f"question number {i} " * (i + 1)}]
+            for i in range(k)]
+
+
 def _bpe_tokenizer(specials: list[str], vocab_size: int = 400):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
