@@ -17,10 +17,11 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
+from scipy.stats import rankdata
 
 from probeguard_core import SEED
 
-__all__ = ["as_binary", "as_scores", "auroc", "aurc", "paired_bootstrap", "risk_coverage", "wilson_interval"]
+__all__ = ["as_binary", "as_scores", "auroc", "auroc_rows", "aurc", "aurc_rows", "paired_bootstrap", "risk_coverage", "wilson_interval"]
 
 
 # --------------------------------------------------------------------------- validation
@@ -141,6 +142,34 @@ def aurc(scores: ArrayLike, correct: ArrayLike) -> float:
     _, n_ans, n_err = _tie_blocks(s, c)
     sizes = np.diff(np.r_[0, n_ans])
     return float(np.sum(sizes * (n_err / n_ans)) / s.shape[0])
+
+
+# --------------------------------------------------------------------------- many rows at once
+def auroc_rows(s: NDArray[np.float64], y: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """AUROC of every row of ``s`` against the same row of ``y`` (Mann-Whitney, ties one half, as
+    :func:`auroc`); NaN for a row with a single class. One row per bootstrap replicate (the
+    claims ledger)."""
+    r = rankdata(s, axis=1)
+    n1 = y.sum(1).astype(float)
+    n0 = y.shape[1] - n1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u = (r * y).sum(1) - n1 * (n1 + 1) / 2
+        return np.where((n1 > 0) & (n0 > 0), u / (n1 * n0), np.nan)
+
+
+def aurc_rows(s: NDArray[np.float64], y: NDArray[np.bool_]) -> NDArray[np.float64]:
+    """Tie-aware AURC of every row (one bootstrap replicate per row) (:func:`aurc`: each question counts the selective risk
+    once its whole block of tied scores is admitted)."""
+    order = np.argsort(-s, axis=1, kind="stable")
+    ss = np.take_along_axis(s, order, 1)
+    err = ~np.take_along_axis(y, order, 1)
+    n = s.shape[1]
+    ce = np.cumsum(err, axis=1)
+    pos = np.broadcast_to(np.arange(n), s.shape)
+    is_end = np.concatenate([ss[:, 1:] != ss[:, :-1], np.ones((s.shape[0], 1), bool)], axis=1)
+    end = np.flip(np.minimum.accumulate(np.flip(np.where(is_end, pos, n), axis=1), axis=1), axis=1)
+    risk = np.take_along_axis(ce, end, 1) / (end + 1)
+    return risk.mean(1)
 
 
 # --------------------------------------------------------------------------- Wilson

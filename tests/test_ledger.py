@@ -16,7 +16,7 @@ from helpers import paper_text
 from probeguard_core import metrics as M
 from probeguard_core.cli import main
 from probeguard_core.ledger import EQUIVALENCE_MARGIN, load_claims, verdict
-from probeguard_core.ledger.evaluate import COLUMNS, EVALUATORS, aurc_rows, auroc_rows, evaluate_release
+from probeguard_core.ledger.evaluate import COLUMNS, EVALUATORS, evaluate_release
 from probeguard_core.ledger.registry import CLAIMS_PATH, KINDS
 from probeguard_core.ledger.report import (
     claim_verdicts,
@@ -128,8 +128,8 @@ def test_vectorized_metrics_equal_the_books(seed: int, levels: int) -> None:
     y = rng.random((8, 25)) < 0.6
     for i in range(8):
         a = M.auroc(s[i], y[i])
-        assert (np.isnan(a) and np.isnan(auroc_rows(s, y)[i])) or abs(auroc_rows(s, y)[i] - a) < 1e-12
-        assert abs(aurc_rows(s, y)[i] - M.aurc(s[i], y[i])) < 1e-12
+        assert (np.isnan(a) and np.isnan(M.auroc_rows(s, y)[i])) or abs(M.auroc_rows(s, y)[i] - a) < 1e-12
+        assert abs(M.aurc_rows(s, y)[i] - M.aurc(s[i], y[i])) < 1e-12
 
 
 # --------------------------------------------------------------------------- a small simulated release

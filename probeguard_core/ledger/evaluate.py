@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
-from scipy.stats import rankdata
 
 from probeguard_core import SEED
 from probeguard_core import metrics as M
@@ -78,32 +77,6 @@ def _rng() -> np.random.Generator:
 
 def _boot_index(n: int) -> NDArray[np.int64]:
     return _rng().integers(0, n, size=(N_BOOT, n))
-
-
-def auroc_rows(s: NDArray[np.float64], y: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """AUROC of every row of ``s`` against the same row of ``y`` (Mann-Whitney, ties one half, as
-    :func:`metrics.auroc`); NaN for a row with a single class."""
-    r = rankdata(s, axis=1)
-    n1 = y.sum(1).astype(float)
-    n0 = y.shape[1] - n1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        u = (r * y).sum(1) - n1 * (n1 + 1) / 2
-        return np.where((n1 > 0) & (n0 > 0), u / (n1 * n0), np.nan)
-
-
-def aurc_rows(s: NDArray[np.float64], y: NDArray[np.bool_]) -> NDArray[np.float64]:
-    """Tie-aware AURC of every row (:func:`metrics.aurc`: each question counts the selective risk
-    once its whole block of tied scores is admitted)."""
-    order = np.argsort(-s, axis=1, kind="stable")
-    ss = np.take_along_axis(s, order, 1)
-    err = ~np.take_along_axis(y, order, 1)
-    n = s.shape[1]
-    ce = np.cumsum(err, axis=1)
-    pos = np.broadcast_to(np.arange(n), s.shape)
-    is_end = np.concatenate([ss[:, 1:] != ss[:, :-1], np.ones((s.shape[0], 1), bool)], axis=1)
-    end = np.flip(np.minimum.accumulate(np.flip(np.where(is_end, pos, n), axis=1), axis=1), axis=1)
-    risk = np.take_along_axis(ce, end, 1) / (end + 1)
-    return risk.mean(1)
 
 
 def _interval(reps: NDArray[np.float64]) -> tuple[float, float]:
@@ -156,7 +129,7 @@ def eval_auroc(rel: ReleaseLike, claim: Claim, b: str, d: str, ctx: dict[Any, An
     x, y = _defined(sc, claim.params["signal"]), sc["correct"].to_numpy(dtype=bool)
     _both_classes(y)
     idx = _boot_index(len(y))
-    return [Result(M.auroc(x, y), *_interval(auroc_rows(x[idx], y[idx])), len(y), BOOT)]
+    return [Result(M.auroc(x, y), *_interval(M.auroc_rows(x[idx], y[idx])), len(y), BOOT)]
 
 
 def _margin(rel: ReleaseLike, claim: Claim, b: str, d: str, point: Callable[..., float],
@@ -183,13 +156,13 @@ def _margin(rel: ReleaseLike, claim: Claim, b: str, d: str, point: Callable[...,
 def eval_auroc_margin(rel: ReleaseLike, claim: Claim, b: str, d: str, ctx: dict[Any, Any]) -> list[Result]:
     """AUROC of ``params.signal`` minus the best AUROC of ``params.others`` defined on the cell
     (paired bootstrap): Table 2, Table 3, §4.3."""
-    return _margin(rel, claim, b, d, M.auroc, auroc_rows, 1.0)
+    return _margin(rel, claim, b, d, M.auroc, M.auroc_rows, 1.0)
 
 
 def eval_aurc_margin(rel: ReleaseLike, claim: Claim, b: str, d: str, ctx: dict[Any, Any]) -> list[Result]:
     """Lowest AURC of ``params.others`` minus the AURC of ``params.signal`` (positive: the signal
     has the lowest selective risk; paired bootstrap): Table 2."""
-    return _margin(rel, claim, b, d, M.aurc, aurc_rows, -1.0)
+    return _margin(rel, claim, b, d, M.aurc, M.aurc_rows, -1.0)
 
 
 def eval_round_error_rise(rel: ReleaseLike, claim: Claim, b: str, d: str, ctx: dict[Any, Any]) -> list[Result]:
@@ -342,7 +315,7 @@ def eval_violations(rel: ReleaseLike, claim: Claim, b: str, d: str, ctx: dict[An
 def _paired_auroc_diff(a: NDArray[np.float64], c: NDArray[np.float64], y: NDArray[np.bool_], detail: str) -> Result:
     _both_classes(y)
     idx = _boot_index(len(y))
-    reps = auroc_rows(a[idx], y[idx]) - auroc_rows(c[idx], y[idx])
+    reps = M.auroc_rows(a[idx], y[idx]) - M.auroc_rows(c[idx], y[idx])
     return Result(float(M.auroc(a, y) - M.auroc(c, y)), *_interval(reps), int(len(y)), BOOT, detail)
 
 

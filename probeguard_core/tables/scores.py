@@ -37,7 +37,7 @@ __all__ = [
 #: The modules whose source defines the per-question tables (part of their cache key: editing any
 #: of them invalidates every stored table).
 DERIVED_CODE: tuple[str, ...] = (
-    "probeguard_core.logs", "probeguard_core.features", "probeguard_core.rse",
+    "probeguard_core.jsonl", "probeguard_core.structs", "probeguard_core.logs", "probeguard_core.features", "probeguard_core.rse",
     "probeguard_core.claims", "probeguard_core.baselines", "probeguard_core.probe", "probeguard_core.scoring",
     "probeguard_core.metrics", "probeguard_core.tables.scores", "probeguard_core.tables.appendices",
     "probeguard_core.tables.certification",
