@@ -17,7 +17,6 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
-from scipy.stats import rankdata
 
 from probeguard_core import SEED
 
@@ -149,6 +148,8 @@ def auroc_rows(s: NDArray[np.float64], y: NDArray[np.bool_]) -> NDArray[np.float
     """AUROC of every row of ``s`` against the same row of ``y`` (Mann-Whitney, ties one half, as
     :func:`auroc`); NaN for a row with a single class. One row per bootstrap replicate (the
     claims ledger)."""
+    from scipy.stats import rankdata  # on use: certify imports this module and must stay light
+
     r = rankdata(s, axis=1)
     n1 = y.sum(1).astype(float)
     n0 = y.shape[1] - n1
