@@ -11,9 +11,49 @@ from probeguard_core.pipeline.engines import TransformersEngine
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    folder = tm.build_tiny_qwen3(tmp_path_factory.mktemp("qwen") / "qwen")
-    return TransformersEngine(str(folder), device="cpu", dtype="float32", batch_prompts=3)
+def qwen(tmp_path_factory):
+    return tm.build_tiny_qwen3(tmp_path_factory.mktemp("qwen") / "qwen")
+
+
+@pytest.fixture(scope="module")
+def engine(qwen):
+    return TransformersEngine(str(qwen), device="cpu", dtype="float32", batch_prompts=3)
+
+
+@pytest.fixture(scope="module")
+def logs_path(tmp_path_factory):
+    """First-round logs with non-null answers (the scripted engine; N = 2, T = 1)."""
+    from probeguard_core.pipeline.substrate import SubstrateConfig, run_substrate
+    from probeguard_core.questions import load_questions
+
+    root = tmp_path_factory.mktemp("logs")
+    qs = load_questions(tm.write_questions(root / "b.json", 5), dataset="medqa")
+    cfg = SubstrateConfig(dataset="medqa", backbone="scripted", n_candidates=2, max_rounds=1)
+    return run_substrate(qs, tm.ScriptedEngine(), None, root / "logs.jsonl", cfg, progress=False)
+
+
+def _spy(engine, monkeypatch) -> list[int]:
+    """The number of prompts of each later ``engine.generate`` call."""
+    sizes: list[int] = []
+    real = engine.generate
+
+    def generate(prompts, **kw):
+        sizes.append(len(prompts))
+        return real(prompts, **kw)
+
+    monkeypatch.setattr(engine, "generate", generate)
+    return sizes
+
+
+def _interrupted_copy(src, dst, lines):
+    """``dst``: ``src`` (and its run manifest) as a run killed while writing line ``lines + 1``
+    would leave it: ``lines`` whole lines, then part of the next."""
+    import shutil
+
+    data = src.read_bytes().splitlines(keepends=True)
+    dst.write_bytes(b"".join(data[:lines]) + data[lines][:len(data[lines]) // 2])
+    shutil.copy(src.with_name(src.name.replace(".jsonl", ".run.json")), dst.with_name(dst.name.replace(".jsonl", ".run.json")))
+    return dst
 
 
 def test_row_uniforms_keyed_by_seed_sample_and_step():
@@ -71,3 +111,74 @@ def test_substrate_with_batched_engine_records_chunking_and_resumes(engine, tmp_
     assert part.read_bytes() == full.read_bytes()
     with pytest.raises(ValueError, match="different settings"):
         run_substrate(qs, engine, None, full, cfg, batch_size=2, reproducible=True, progress=False)
+
+
+def test_self_report_batched_records_chunking_and_resumes_whole_chunks(engine, logs_path, tmp_path, monkeypatch):
+    import json
+
+    from probeguard_core.features import final_answer
+    from probeguard_core.logs import read_logs
+    from probeguard_core.pipeline.self_report import run_self_report
+
+    logs = read_logs(logs_path)
+    kw = {"max_new_tokens": 6, "batch_size": 2, "progress": False}
+    full = run_self_report(logs, engine, tmp_path / "full.jsonl", **kw)
+    run_cfg = json.loads((tmp_path / "full.run.json").read_text())
+    assert (run_cfg["batch_prompts"], run_cfg["batch_size"]) == (3, 2)
+    # killed while writing the chunk (q0, q1): the resumed run decodes that chunk whole, as the
+    # uninterrupted run did, not a chunk cut from what is left (q1, q2; q2 is a tie: not asked)
+    part = _interrupted_copy(full, tmp_path / "part.jsonl", 1)
+    sizes = _spy(engine, monkeypatch)
+    run_self_report(logs, engine, part, **kw)
+    monkeypatch.undo()
+    asked = sum(final_answer(log) is not None for log in logs[0:2])
+    assert asked == 2 and sizes == [asked, asked]  # verbalized confidence, P(True)
+    assert part.read_bytes() == full.read_bytes()
+    with pytest.raises(ValueError, match=r"full\.run\.json") as err:
+        run_self_report(logs, engine, full, max_new_tokens=6, batch_size=3, progress=False)
+    assert "different settings ['batch_size']" in str(err.value)
+
+
+def test_self_report_cli_refuses_other_batch_prompts_on_resume(qwen, logs_path, tmp_path, capsys):
+    from probeguard_core.cli import main
+
+    out = tmp_path / "sr.jsonl"
+    cmd = ["self-report", "--logs", str(logs_path), "--engine", "transformers", "--model", str(qwen), "--device",
+           "cpu", "--max-new-tokens", "4", "--batch-size", "2", "--no-progress", "--out", str(out)]
+    assert main([*cmd, "--batch-prompts", "2"]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert main([*cmd, "--batch-prompts", "1"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("Loading weights")]
+    assert len(err) == 1 and "sr.run.json" in err[0] and "['batch_prompts']" in err[0]
+    assert out.read_bytes() == before
+
+
+def test_probe_batched_records_chunking_and_resumes_whole_chunks(engine, logs_path, tmp_path, monkeypatch):
+    import json
+
+    from probeguard_core.logs import read_logs, read_probe
+    from probeguard_core.pipeline.probe_run import ProbeConfig, run_probe
+    from probeguard_core.pipeline.retrieval import BM25Index, Retriever
+    from probeguard_core.questions import load_corpus
+
+    logs = read_logs(logs_path)
+    retriever = Retriever(BM25Index.build(load_corpus(tm.write_corpus(tmp_path / "c.jsonl", 30))), None)
+    cfg = ProbeConfig(max_new_tokens=6, query_max_new_tokens=6)
+    full = run_probe(logs, engine, retriever, tmp_path / "full.jsonl", cfg, batch_size=1, reproducible=True,
+                     progress=False)
+    run_cfg = json.loads((tmp_path / "full.run.json").read_text())
+    assert (run_cfg["batch_prompts"], run_cfg["batch_size"]) == (3, 1)
+    recs = read_probe(full, logs)
+    assert [(r.qid, r.arm) for r in recs][:3] == [("q0", "counter_evidence"), ("q0", "instruction_only"),
+                                                  ("q0", "neutral_instruction")]
+    # killed while writing q0's third arm: its chunk is re-answered whole, the missing record appended
+    part = _interrupted_copy(full, tmp_path / "part.jsonl", 2)
+    sizes = _spy(engine, monkeypatch)
+    run_probe(logs, engine, retriever, part, cfg, batch_size=1, reproducible=True, progress=False)
+    monkeypatch.undo()
+    assert sizes[:3] == [1, 1, 1]  # q0's three first-pass arms; its written evidence is not asked again
+    assert part.read_bytes() == full.read_bytes()
+    with pytest.raises(ValueError, match=r"full\.run\.json") as err:
+        run_probe(logs, engine, retriever, full, cfg, batch_size=2, reproducible=True, progress=False)
+    assert "different settings ['batch_size']" in str(err.value)

@@ -223,7 +223,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE,
                    help="substrate profile of the reused machinery (answer parser, documents, reranker input)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="questions per engine call (default 64; the records do not depend on it)")
+                   help="questions per engine call (default 64; the records do not depend on it, except with "
+                        "--batch-prompts: then it is recorded in <out>.run.json)")
     _common(p, llm=True)
     _retrieval_args(p, required=True)
     p.set_defaults(handler=_usage_errors(_probe))
@@ -240,7 +241,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logs", required=True)
     p.add_argument("--max-new-tokens", type=int, default=hp("self_report", "max_new_tokens"))
     p.add_argument("--batch-size", type=int, default=None,
-                   help="questions per engine call (default 64; the records do not depend on it)")
+                   help="questions per engine call (default 64; the records do not depend on it, except with "
+                        "--batch-prompts: then it is recorded in <out>.run.json)")
     _common(p, llm=True)
     p.set_defaults(handler=_usage_errors(_self_report))
 
