@@ -182,3 +182,52 @@ def test_probe_batched_records_chunking_and_resumes_whole_chunks(engine, logs_pa
     with pytest.raises(ValueError, match=r"full\.run\.json") as err:
         run_probe(logs, engine, retriever, full, cfg, batch_size=2, reproducible=True, progress=False)
     assert "different settings ['batch_size']" in str(err.value)
+
+
+def test_static_cache_decode_matches_dynamic_within_tolerance(qwen, engine, monkeypatch, tmp_path):
+    import transformers
+
+    made = []
+
+    class Counted(transformers.StaticCache):
+        def __init__(self, *a, **kw):
+            made.append(kw.get("max_cache_len"))
+            super().__init__(*a, **kw)
+
+    static = TransformersEngine(str(qwen), device="cpu", dtype="float32", batch_prompts=3, static_cache=True)
+    assert static.decode == "static" and engine.decode == "dynamic"
+    monkeypatch.setattr(transformers, "StaticCache", Counted)
+    kw = {"n": 1, "temperature": 0.0, "max_new_tokens": 12, "seed": 1, "logprobs": 5}
+    got = static.generate(tm.chat_prompts(5), **kw)
+    assert len(made) == 2 and made[0] == made[1] and made[0] % 64 == 0  # two chunks, one bucketed length
+    want = engine.generate(tm.chat_prompts(5), **kw)
+    assert [g[0].text for g in got] == [g[0].text for g in want]  # the documented tolerance: tokens equal,
+    for x, y in zip(got, want):  # log-probs within 1e-4
+        assert x[0].token_logprobs == pytest.approx(y[0].token_logprobs, abs=1e-4)
+        assert [t for t, _ in x[0].first_top_logprobs] == [t for t, _ in y[0].first_top_logprobs]
+    sampled = static.generate(tm.chat_prompts(4), n=3, temperature=0.7, max_new_tokens=12, seed=[1, 2, 3, 4],
+                              logprobs=5)
+    assert sampled == static.generate(tm.chat_prompts(4), n=3, temperature=0.7, max_new_tokens=12, seed=[1, 2, 3, 4],
+                                      logprobs=5)  # reruns byte-identical
+    assert [len(g) for g in sampled] == [3] * 4 and all(1 <= x.n_tokens <= 12 for g in sampled for x in g)
+    # the manifest records the decode mode: a resume with the dynamic cache is refused
+    from probeguard_core.pipeline.runio import chunking_config
+
+    assert chunking_config(static, 4) == {"batch_prompts": 3, "batch_size": 4, "decode": "static"}
+    assert "decode" not in chunking_config(engine, 4)
+
+
+def test_compile_decode_falls_back_with_one_line_note(qwen, monkeypatch, capsys):
+    from probeguard_core.pipeline import batched
+
+    monkeypatch.setattr(batched, "_compile_unsupported", lambda device: "no C++ compiler")
+    capsys.readouterr()
+    eng = TransformersEngine(str(qwen), device="cpu", dtype="float32", batch_prompts=2, compile_decode=True)
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("compile_decode")]
+    assert eng.decode == "static" and err == ["compile_decode: torch.compile does not run here (no C++ compiler); "
+                                              "decoding with the static cache, uncompiled"]
+    ref = TransformersEngine(str(qwen), device="cpu", dtype="float32", batch_prompts=2, compile_decode=True, fast=False)
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("compile_decode")]
+    assert ref.decode == "dynamic" and len(err) == 1 and "reference path" in err[0] and "dynamic cache" in err[0]
+    with pytest.raises(ValueError, match="set batch_prompts"):
+        TransformersEngine(str(qwen), device="cpu", dtype="float32", compile_decode=True)

@@ -60,12 +60,17 @@ def chunking_config(engine: Any, batch_size: int) -> dict[str, Any]:
     A batched engine (``engine.batch_prompts`` set: pipeline/batched.py) decodes the prompts of
     one call in chunks of ``batch_prompts``, and a record depends on its chunk's composition in
     the last bits of floating point: its ``batch_prompts`` and the stage's ``batch_size``
-    (questions per call) are recorded, so a resumed run with another chunking is refused.
-    Engines whose records do not depend on the batch (the batch-invariant default, vLLM with
-    per-request seeds, scripted engines) add nothing: their runs may resume with any chunking.
+    (questions per call) are recorded, so a resumed run with another chunking is refused; so is
+    its decode mode when it is not the default dynamic cache (``decode``: the static cache,
+    compiled or not, changes the last bits of the records).  Engines whose records do not
+    depend on the batch (the batch-invariant default, vLLM with per-request seeds, scripted
+    engines) add nothing: their runs may resume with any chunking.
     """
     k = getattr(engine, "batch_prompts", None)
-    return {} if k is None else {"batch_prompts": k, "batch_size": batch_size}
+    if k is None:
+        return {}
+    decode = getattr(engine, "decode", "dynamic")
+    return {"batch_prompts": k, "batch_size": batch_size, **({} if decode == "dynamic" else {"decode": decode})}
 
 
 def chunks(items: Sequence[T], batch_size: int, done: Callable[[T], bool]) -> Iterator[list[T]]:
