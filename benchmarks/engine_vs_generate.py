@@ -87,6 +87,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compile", action="store_true",
                     help="also time the static-cache and the compiled decode (pipeline/batched.py)")
+    ap.add_argument("--no-invariant", action="store_true",
+                    help="skip the batch-invariant default's timing (slow on a GPU: each prompt alone)")
     a = ap.parse_args()
     from probeguard_core.pipeline.engines import TransformersEngine, render_chat
 
@@ -139,13 +141,14 @@ def main() -> int:
                                               f"{e2.decode}; {len(same)}/{len(pairs)} rows as the batched engine's, "
                                               f"max |d log-prob| {diff:.1e})"))
             del e2
-    eng.batch_prompts = None  # the batch-invariant default, for the record
-    t0 = time.perf_counter()
-    inv = eng.generate_ids(ids, seeds, **kw)
-    _sync(a.device)
-    t_inv = time.perf_counter() - t0
-    inv_tokens = sum(g.n_tokens for gs in inv for g in gs)
-    print(f"batch-invariant engine: {inv_tokens / t_inv:9.1f} tok/s ({inv_tokens} tokens, {t_inv:.2f} s)")
+    if not a.no_invariant:
+        eng.batch_prompts = None  # the batch-invariant default, for the record
+        t0 = time.perf_counter()
+        inv = eng.generate_ids(ids, seeds, **kw)
+        _sync(a.device)
+        t_inv = time.perf_counter() - t0
+        inv_tokens = sum(g.n_tokens for gs in inv for g in gs)
+        print(f"batch-invariant engine: {inv_tokens / t_inv:9.1f} tok/s ({inv_tokens} tokens, {t_inv:.2f} s)")
     print(f"batched engine        : {eng_tokens / t_eng:9.1f} tok/s ({eng_tokens} tokens, {t_eng:.2f} s)")
     print(f"plain generate        : {gen_tokens / t_gen:9.1f} tok/s ({gen_tokens} tokens, {t_gen:.2f} s)")
     r_eng, r_gen = eng_tokens / t_eng, gen_tokens / t_gen

@@ -152,6 +152,9 @@ def test_self_report_cli_refuses_other_batch_prompts_on_resume(qwen, logs_path, 
     err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("Loading weights")]
     assert len(err) == 1 and "sr.run.json" in err[0] and "['batch_prompts']" in err[0]
     assert out.read_bytes() == before
+    assert main([*cmd, "--compile-decode"]) == 2  # an option of the batched engine only
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "set batch_prompts" in err[0]
 
 
 def test_probe_batched_records_chunking_and_resumes_whole_chunks(engine, logs_path, tmp_path, monkeypatch):
@@ -224,7 +227,7 @@ def test_compile_decode_falls_back_with_one_line_note(qwen, monkeypatch, capsys)
     capsys.readouterr()
     eng = TransformersEngine(str(qwen), device="cpu", dtype="float32", batch_prompts=2, compile_decode=True)
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("compile_decode")]
-    assert eng.decode == "static" and err == ["compile_decode: torch.compile does not run here (no C++ compiler); "
+    assert eng.decode in batched.DECODE_MODES and eng.decode == "static" and err == ["compile_decode: torch.compile does not run here (no C++ compiler); "
                                               "decoding with the static cache, uncompiled"]
     ref = TransformersEngine(str(qwen), device="cpu", dtype="float32", batch_prompts=2, compile_decode=True, fast=False)
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("compile_decode")]
