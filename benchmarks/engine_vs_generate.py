@@ -10,10 +10,15 @@ Same prompts x N samples, same max new tokens, temperature, top-20 log-probs:
   top-20 log-softmax of every step afterwards (no records built).
 
 Also times the engine's batch-invariant default (each prompt decodes alone) for the record.
-Tokens/s counts the generated tokens up to and including each row's eos.  The LAST line is
+``--compile`` adds two columns: the batched engine over transformers' static cache
+(``static_cache=True``) and with its decode step ``torch.compile``'d (``compile_decode=True``),
+each timed on a second call after an untimed first one on the same rows (which compiles; its
+time is printed apart), with its records compared with the batched engine's (rows with the same
+text, the largest log-prob difference).  Tokens/s counts the generated tokens up to and
+including each row's eos.  The LAST line is
 ``engine <tok/s> tok/s, generate <tok/s> tok/s, ratio <engine/generate>``.
 
-    .venv/bin/python benchmarks/engine_vs_generate.py [--prompts 8] [--n 8] [--tokens 64] [--threads 1]
+    .venv/bin/python benchmarks/engine_vs_generate.py [--prompts 8] [--n 8] [--tokens 64] [--threads 1] [--compile]
     .venv/bin/python benchmarks/engine_vs_generate.py --model FOLDER --device cuda --dtype bfloat16 \\
         --prompts 16 --n 8 --tokens 128    # e.g. the random 1.7B of gpu_vllm_vs_transformers.py
 """
@@ -80,6 +85,10 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compile", action="store_true",
+                    help="also time the static-cache and the compiled decode (pipeline/batched.py)")
+    ap.add_argument("--no-invariant", action="store_true",
+                    help="skip the batch-invariant default's timing (slow on a GPU: each prompt alone)")
     a = ap.parse_args()
     from probeguard_core.pipeline.engines import TransformersEngine, render_chat
 
@@ -110,16 +119,42 @@ def main() -> int:
     _sync(a.device)
     t_eng = time.perf_counter() - t0
     eng_tokens = sum(g.n_tokens for gs in out for g in gs)
-    eng.batch_prompts = None  # the batch-invariant default, for the record
-    t0 = time.perf_counter()
-    inv = eng.generate_ids(ids, seeds, **kw)
-    _sync(a.device)
-    t_inv = time.perf_counter() - t0
-    inv_tokens = sum(g.n_tokens for gs in inv for g in gs)
-    print(f"batch-invariant engine: {inv_tokens / t_inv:9.1f} tok/s ({inv_tokens} tokens, {t_inv:.2f} s)")
+    extra: list[tuple[str, float, str]] = []
+    if a.compile:
+        for label, opts in (("static-cache engine   ", {"static_cache": True}),
+                            ("compiled engine       ", {"compile_decode": True})):
+            e2 = TransformersEngine(model, device=a.device, dtype=a.dtype, batch_prompts=a.prompts,
+                                    num_threads=a.threads if a.device == "cpu" else None, **opts)
+            t0 = time.perf_counter()
+            e2.generate_ids(ids, seeds, **kw)  # first call on these shapes: compiles (untimed in the rate)
+            _sync(a.device)
+            t_first = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            got = e2.generate_ids(ids, seeds, **kw)
+            _sync(a.device)
+            t2 = time.perf_counter() - t0
+            tokens = sum(g.n_tokens for gs in got for g in gs)
+            pairs = [(x, y) for gx, gy in zip(got, out) for x, y in zip(gx, gy)]
+            same = [(x, y) for x, y in pairs if x.text == y.text]
+            diff = max((abs(u - v) for x, y in same for u, v in zip(x.token_logprobs, y.token_logprobs)), default=0.0)
+            extra.append((label, tokens / t2, f"({tokens} tokens, {t2:.2f} s; first call {t_first:.2f} s; decode "
+                                              f"{e2.decode}; {len(same)}/{len(pairs)} rows as the batched engine's, "
+                                              f"max |d log-prob| {diff:.1e})"))
+            del e2
+    if not a.no_invariant:
+        eng.batch_prompts = None  # the batch-invariant default, for the record
+        t0 = time.perf_counter()
+        inv = eng.generate_ids(ids, seeds, **kw)
+        _sync(a.device)
+        t_inv = time.perf_counter() - t0
+        inv_tokens = sum(g.n_tokens for gs in inv for g in gs)
+        print(f"batch-invariant engine: {inv_tokens / t_inv:9.1f} tok/s ({inv_tokens} tokens, {t_inv:.2f} s)")
     print(f"batched engine        : {eng_tokens / t_eng:9.1f} tok/s ({eng_tokens} tokens, {t_eng:.2f} s)")
     print(f"plain generate        : {gen_tokens / t_gen:9.1f} tok/s ({gen_tokens} tokens, {t_gen:.2f} s)")
     r_eng, r_gen = eng_tokens / t_eng, gen_tokens / t_gen
+    for label, rate, detail in extra:
+        print(f"{label}: {rate:9.1f} tok/s {detail}")
+        print(f"{label.strip()}: ratio to generate {rate / r_gen:.2f}, to the batched engine {rate / r_eng:.2f}")
     print(f"engine {r_eng:.1f} tok/s, generate {r_gen:.1f} tok/s, ratio {r_eng / r_gen:.2f}")
     return 0
 

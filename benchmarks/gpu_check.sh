@@ -4,7 +4,10 @@
 #   1. the tiny-model pipeline tests on CUDA (the engines and classifiers pick cuda:0 themselves),
 #   2. benchmarks/engine_vs_generate.py on the random Qwen3-1.7B (bf16) of gpu_vllm_vs_transformers.py,
 #   3. benchmarks/gpu_probe_batching.py,
-#   4. benchmarks/gpu_vllm_vs_transformers.py when vllm imports.
+#   4. benchmarks/gpu_vllm_vs_transformers.py when vllm imports,
+#   5. step 2 again with --compile (the static-cache and compiled decode columns beside the
+#      batched engine and plain generate), in the time the steps above left of the 8 minutes
+#      (at least 60 s, else it says it did not run).
 # Each step has its own timeout (8 minutes in all); the summary goes to $SUMMARY
 # (default gpu_check_summary.txt).  `--cpu`: a dry run on CPU with small sizes, to know it runs.
 #   bash benchmarks/gpu_check.sh [--cpu]
@@ -31,6 +34,7 @@ if [ $CPU = 1 ]; then
   step tests 240 $PY -m pytest -q -p no:cacheprovider -x tests/test_pipeline_gpu_free_import.py tests/test_pipeline_batched.py
   step engine_vs_generate 120 $PY benchmarks/engine_vs_generate.py --prompts 4 --n 4 --tokens 16
   step probe_batching 120 $PY benchmarks/gpu_probe_batching.py --questions 4
+  TAIL=6 step engine_compiled 180 $PY benchmarks/engine_vs_generate.py --prompts 4 --n 4 --tokens 16 --compile --no-invariant
 else
   step tests 150 $PY -m pytest -q -p no:cacheprovider $TESTS tests/test_pipeline_resume.py
   step build_1p7b 60 $PY -c "import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; \
@@ -42,6 +46,13 @@ from gpu_vllm_vs_transformers import build_model; build_model(Path('$TMP/m17'), 
     step vllm_vs_transformers 90 $PY benchmarks/gpu_vllm_vs_transformers.py --folder "$TMP/m17v" --max-new-tokens 128
   else
     note "== vllm_vs_transformers: not run (vllm does not import)"
+  fi
+  left=$((480 - SECONDS))
+  if [ $left -ge 60 ]; then
+    TAIL=6 step engine_compiled $left $PY benchmarks/engine_vs_generate.py --model "$TMP/m17" --device cuda \
+      --dtype bfloat16 --prompts 16 --n 8 --tokens 128 --compile --no-invariant
+  else
+    note "== engine_compiled: not run (${left} s left of the 8 minutes; run it alone: engine_vs_generate.py ... --compile)"
   fi
 fi
 note "logs: $TMP"

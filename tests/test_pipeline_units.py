@@ -17,7 +17,7 @@ from probeguard_core.pipeline.engines import Generation, top_entropy
 from probeguard_core.pipeline.nli_run import entailment_label_id
 from probeguard_core.pipeline.parsing import format_options, parse_answer, parse_confidence, parse_queries
 from probeguard_core.pipeline.probe_run import donor_map
-from probeguard_core.pipeline.runio import AppendOnlyJsonl, derive_seed
+from probeguard_core.pipeline.runio import AppendOnlyJsonl, chunking_config, chunks, derive_seed
 from probeguard_core.pipeline.self_report import p_true_from_top_logprobs
 from probeguard_core.pipeline.substrate import answers_block
 from probeguard_core.pipeline.templates import load_template, render, template_names
@@ -170,6 +170,22 @@ def test_append_only_truncates_partial_line_and_rejects_bad_lines(tmp_path, caps
         AppendOnlyJsonl(p, read_self_report, key=lambda r: r.qid)
     with pytest.raises(ValueError, match="plain .jsonl"):
         AppendOnlyJsonl(tmp_path / "x.jsonl.gz", read_self_report, key=lambda r: r.qid)
+
+
+def test_chunks_cut_from_input_order_and_yielded_whole():
+    done = {0, 1, 2, 4}
+    assert list(chunks(range(7), 3, done.__contains__)) == [[3, 4, 5], [6]]  # [0, 1, 2] all done: skipped
+    assert list(chunks(range(7), 3, lambda i: False)) == [[0, 1, 2], [3, 4, 5], [6]]
+    with pytest.raises(ValueError, match="batch_size"):
+        list(chunks([1], 0, lambda i: False))
+
+
+def test_chunking_config_only_for_batched_engines():
+    from types import SimpleNamespace
+
+    assert chunking_config(SimpleNamespace(batch_prompts=4), 16) == {"batch_prompts": 4, "batch_size": 16}
+    assert chunking_config(SimpleNamespace(batch_prompts=None), 16) == {}
+    assert chunking_config(object(), 16) == {}  # vLLM, scripted engines: no such attribute
 
 
 def test_hyperparameters_are_the_one_source():

@@ -41,6 +41,8 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
         kw["device"] = args.device
         if getattr(args, "batch_prompts", None) is not None:
             kw["batch_prompts"] = args.batch_prompts
+        if getattr(args, "compile_decode", False):
+            kw["compile_decode"] = True
     return kw
 
 
@@ -161,6 +163,9 @@ def _common(p: argparse.ArgumentParser, *, llm: bool) -> None:
                        help="transformers: decode prompts in fixed chunks of this many, one batch (pipeline/batched.py; "
                             "records reproducible for the same chunking, recorded in <out>.run.json); "
                             "unset: batch-invariant decoding")
+        p.add_argument("--compile-decode", action="store_true",
+                       help="transformers, with --batch-prompts: decode over a static KV cache with a torch.compile'd "
+                            "step (falls back, saying so, where the model or torch build cannot; docs/pipeline.md)")
         p.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM: GPUs per model")
         p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM")
         p.add_argument("--max-model-len", type=int, default=None, help="vLLM context limit")
@@ -223,7 +228,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE,
                    help="substrate profile of the reused machinery (answer parser, documents, reranker input)")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="questions per engine call (default 64; the records do not depend on it)")
+                   help="questions per engine call (default 64; the records do not depend on it, except with "
+                        "--batch-prompts: then it is recorded in <out>.run.json)")
     _common(p, llm=True)
     _retrieval_args(p, required=True)
     p.set_defaults(handler=_usage_errors(_probe))
@@ -240,7 +246,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logs", required=True)
     p.add_argument("--max-new-tokens", type=int, default=hp("self_report", "max_new_tokens"))
     p.add_argument("--batch-size", type=int, default=None,
-                   help="questions per engine call (default 64; the records do not depend on it)")
+                   help="questions per engine call (default 64; the records do not depend on it, except with "
+                        "--batch-prompts: then it is recorded in <out>.run.json)")
     _common(p, llm=True)
     p.set_defaults(handler=_usage_errors(_self_report))
 

@@ -15,18 +15,91 @@ batch shape change the matmul / attention reductions), so a rerun reproduces the
 the same chunking (``batch_prompts``, the stage's ``batch_size``), hardware and versions; the
 stages record both in ``<out>.run.json``.  Byte-identical records across any chunking are the
 engine's batch-invariant mode (``batch_prompts=None``, the default).
+
+Static cache and compiled decode (``static_cache=True``, ``compile_decode=True``; CLI
+``--compile-decode``; off by default).  The decode runs over transformers' ``StaticCache``
+(its length the call's longest prompt plus ``max_new_tokens``, rounded up to ``STATIC_BUCKET``
+positions, so the chunks of a call share one shape and calls few), with a fixed-shape attention mask and every row kept in the
+batch until all have finished (a shape that changes would recompile), and with
+``compile_decode`` each decode step is ``torch.compile``'d (``model.get_compiled_call``: the
+compiled forward ``generate`` itself uses with a static cache; the prefill stays eager).  The
+records are the dynamic path's within floating-point tolerance (attention over the masked
+tail of the static buffer and fused kernels change the last bits: the tests hold greedy tokens
+equal and log-probs within 1e-4 on the tiny model); the manifest records the mode that ran
+(``decode``: :func:`resolve_decode`).  Where the model's cache cannot be static (a sliding-window
+or hybrid layer, the reference path) or this torch build cannot compile (no dynamo, no C++
+compiler for inductor on CPU), :func:`resolve_decode` falls back and says so in one line.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CHECK_EVERY", "decode_chunks", "preallocated_layer", "row_uniforms"]
+__all__ = ["CHECK_EVERY", "DECODE_MODES", "STATIC_BUCKET", "decode_chunks", "preallocated_layer", "resolve_decode",
+           "row_uniforms"]
 
 #: decode steps between two host checks of the finished rows
 CHECK_EVERY = 8
+#: a static cache's length is rounded up to a multiple of this (fewer shapes to compile)
+STATIC_BUCKET = 64
+#: the batched decode's cache modes: the preallocated dynamic cache, the static cache, compiled
+DECODE_MODES = ("dynamic", "static", "static-compiled")
+
+
+def resolve_decode(eng: Any, static_cache: bool, compile_decode: bool) -> str:
+    """The decode mode ``eng`` (a ``TransformersEngine`` with ``batch_prompts`` set) will run:
+    what was asked for where the model and the torch build support it, else the nearest that
+    runs, with a one-line note on stderr."""
+    if not (static_cache or compile_decode):
+        return "dynamic"
+    asked = "compile_decode" if compile_decode else "static_cache"
+    why = _static_unsupported(eng)
+    if why:
+        print(f"{asked}: {why}; decoding with the dynamic cache", file=sys.stderr)
+        return "dynamic"
+    if not compile_decode:
+        return "static"
+    why = _compile_unsupported(eng.device)
+    if why:
+        print(f"compile_decode: torch.compile does not run here ({why}); decoding with the static cache, "
+              "uncompiled", file=sys.stderr)
+        return "static"
+    return "static-compiled"
+
+
+def _static_unsupported(eng: Any) -> str | None:
+    """Why the model cannot decode over a ``StaticCache`` here, or None."""
+    if not (eng.fast and eng._cache_ok()):
+        return (f"{eng.name} decodes on the reference path (fast=False, a sliding-window or non-full-attention "
+                "layer, or top-k / top-p sampling)")
+    try:
+        from transformers import StaticCache
+        from transformers.cache_utils import StaticLayer
+
+        cache = StaticCache(config=eng.lm.config, max_cache_len=STATIC_BUCKET)
+    except Exception as exc:  # a model config the static cache does not know
+        return f"{eng.name} has no static cache in this transformers ({type(exc).__name__}: {exc})"
+    if not all(type(layer) is StaticLayer for layer in cache.layers):
+        return f"{eng.name}'s static cache is not all full-attention layers"
+    return None
+
+
+def _compile_unsupported(device: str) -> str | None:
+    """Why ``torch.compile`` cannot run on ``device`` in this build (a tiny function compiled and
+    run once: a missing C++ compiler or an unsupported Python shows here), or None."""
+    import torch
+
+    try:
+        if not torch._dynamo.is_dynamo_supported():
+            return "dynamo is not supported on this Python / platform"
+        f = torch.compile(lambda x: x * 2 + 1, dynamic=False)
+        f(torch.ones(4, device=device))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return None
 
 
 def row_uniforms(seeds: list[int], n: int, steps: int) -> np.ndarray:
@@ -76,22 +149,46 @@ def preallocated_layer(keys: Any, values: Any, extra: int) -> Any:
     return _Preallocated()
 
 
+def _static_decode(eng: Any, pkv: Any, mask: Any, length: int) -> tuple[Any, Any, Any]:
+    """The static cache of a chunk (the prefill's ``pkv`` repeated to the mask's rows, ``length``
+    positions), its fixed-shape attention mask (zeros over the unfilled tail) and the decode
+    step's call (compiled with ``static-compiled``)."""
+    import torch
+    from transformers import StaticCache
+
+    rows, filled = mask.shape
+    cache = StaticCache(config=eng.lm.config, max_cache_len=length)
+    n = rows // pkv.layers[0].keys.shape[0]
+    for layer, src in zip(cache.layers, pkv.layers):
+        layer.update(src.keys.repeat_interleave(n, 0), src.values.repeat_interleave(n, 0))
+    full = torch.zeros((rows, length), dtype=mask.dtype, device=mask.device)
+    full[:, :filled] = mask
+    if eng.decode != "static-compiled":
+        return cache, full, eng.lm
+    from transformers.generation.configuration_utils import CompileConfig
+
+    return cache, full, eng.lm.get_compiled_call(CompileConfig(dynamic=False))
+
+
 def decode_chunks(eng: Any, ids: list[list[int]], seeds: list[int], n: int, temperature: float,
                   max_new_tokens: int, logprobs: int | None) -> list[list[Any]]:
     """The batched decode of ``eng`` (a ``TransformersEngine``) in chunks of ``eng.batch_prompts``."""
     out: list[list[Any]] = []
     k = eng.batch_prompts
+    # the static cache's length: one per call (its longest prompt + max_new_tokens, bucketed)
+    length = -(-(max(map(len, ids), default=0) + max_new_tokens) // STATIC_BUCKET) * STATIC_BUCKET
     for i in range(0, len(ids), k):
-        out.extend(_decode_chunk(eng, ids[i:i + k], seeds[i:i + k], n, temperature, max_new_tokens, logprobs))
+        out.extend(_decode_chunk(eng, ids[i:i + k], seeds[i:i + k], n, temperature, max_new_tokens, logprobs, length))
     return out
 
 
 def _decode_chunk(eng: Any, ids: list[list[int]], seeds: list[int], n: int, temperature: float,
-                  max_new_tokens: int, logprobs: int | None) -> list[list[Any]]:
+                  max_new_tokens: int, logprobs: int | None, length: int) -> list[list[Any]]:
     import torch
     from transformers import DynamicCache
 
     dev, q, T = eng.device, len(ids), max_new_tokens
+    static = eng.decode != "dynamic"
     R = q * n
     lens = [len(x) for x in ids]
     lmax = max(lens)
@@ -105,12 +202,15 @@ def _decode_chunk(eng: Any, ids: list[list[int]], seeds: list[int], n: int, temp
         pos0 = (mask.cumsum(-1) - 1).clamp(min=0)
         o = eng.lm(input_ids=x, attention_mask=mask, position_ids=pos0, use_cache=True, logits_to_keep=1)
         pkv = o.cache if eng._cache_kw == "cache" else o.past_key_values
-        cache = DynamicCache(ddp_cache_data=[(lay.keys.repeat_interleave(n, 0), lay.values.repeat_interleave(n, 0))
-                                             for lay in pkv.layers])
-        cache.layers = [preallocated_layer(lay.keys, lay.values, T) for lay in cache.layers]
+        if static:
+            cache, mask, step_call = _static_decode(eng, pkv, mask.repeat_interleave(n, 0), length)
+        else:
+            cache = DynamicCache(ddp_cache_data=[(lay.keys.repeat_interleave(n, 0), lay.values.repeat_interleave(n, 0))
+                                                 for lay in pkv.layers])
+            cache.layers = [preallocated_layer(lay.keys, lay.values, T) for lay in cache.layers]
+            mask, step_call = mask.repeat_interleave(n, 0), eng.lm
         logits = o.logits[:, -1].float().repeat_interleave(n, 0)
         del o, pkv
-        mask = mask.repeat_interleave(n, 0)
         pos = torch.tensor([L for L in lens for _ in range(n)], device=dev)[:, None]
         eos = torch.tensor(eng._eos, device=dev)
         U = torch.tensor(row_uniforms(seeds, n, T), dtype=torch.float32, device=dev)
@@ -143,16 +243,19 @@ def _decode_chunk(eng: Any, ids: list[list[int]], seeds: list[int], n: int, temp
                 live = unfinished.view(-1, n).any(1)
                 if not bool(live.any()):
                     break
-                if not bool(live.all()):  # prompts whose n rows all finished leave the batch
+                if not static and not bool(live.all()):  # prompts whose n rows all finished leave the batch
                     rows = live.repeat_interleave(n).nonzero()[:, 0]
                     for layer in cache.layers:
                         layer.select_rows(rows)
                     mask, pos, nt, unfinished, alive = mask[rows], pos[rows], nt[rows], unfinished[rows], alive[rows]
-            mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=dev)], dim=1)
-            o = eng.lm(input_ids=nt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
-                       **{eng._cache_kw: cache})
+            if static:  # fixed shapes: the new token's slot of the static buffer opens in place
+                mask[:, lmax + step] = 1
+            else:
+                mask = torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=dev)], dim=1)
+            o = step_call(input_ids=nt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
+                          **{eng._cache_kw: cache})
             pos = pos + 1
-            logits = o.logits[:, -1].float()
+            logits = o.logits[:, -1].float().clone()  # a copy: a compiled call may reuse its output buffer
             del o
         seqs = toks.tolist()
         host = None if not kk else (lp.double().cpu().numpy(), tv.double().cpu().numpy(), ti.cpu().numpy())

@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .batched import decode_chunks, preallocated_layer
+from .batched import decode_chunks, preallocated_layer, resolve_decode
 
 __all__ = [
     "Engine",
@@ -283,7 +283,14 @@ class TransformersEngine:
     #: the batched engine (:mod:`.batched`): prompts decoded in fixed chunks of this many, one
     #: batched sampling step; records reproducible for the same chunking.  None: the paths above
     batch_prompts: int | None = None
+    #: the batched engine's decode over transformers' ``StaticCache`` (:mod:`.batched`; off by default)
+    static_cache: bool = False
+    #: as ``static_cache``, each decode step ``torch.compile``'d (implies ``static_cache``)
+    compile_decode: bool = False
     name: str = field(init=False)
+    #: the batched decode mode that runs (``batched.DECODE_MODES``), resolved from the two
+    #: options above and what the model and torch build support (``batched.resolve_decode``)
+    decode: str = field(init=False)
 
     def __post_init__(self) -> None:
         import torch
@@ -291,6 +298,8 @@ class TransformersEngine:
 
         if self.batch_prompts is not None and self.batch_prompts < 1:
             raise ValueError(f"batch_prompts must be None or >= 1, got {self.batch_prompts}")
+        if (self.static_cache or self.compile_decode) and self.batch_prompts is None:
+            raise ValueError("static_cache / compile_decode are options of the batched engine: set batch_prompts")
         if self.max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {self.max_batch_rows}")
         if self.num_threads is not None:
@@ -323,6 +332,7 @@ class TransformersEngine:
 
         # transformers >= 5.2x names the cache argument `cache` (`past_key_values` deprecated)
         self._cache_kw = "cache" if "cache" in inspect.signature(self.lm.forward).parameters else "past_key_values"
+        self.decode = resolve_decode(self, self.static_cache, self.compile_decode)
         self.prompt_tokens = 0  # prompt tokens prefilled so far (cost accounting)
         self.forced_rows = 0  # rows whose answer tag was forced (generate(force_tag=...))
         self.tagged_rows = 0  # rows that wrote the closing tag themselves

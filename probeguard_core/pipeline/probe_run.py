@@ -24,7 +24,10 @@ the re-answers of each arm.  Retrieval runs on the host between the two.  A chun
 are appended in question order (arm order within a question) when the chunk ends, so a killed
 run loses at most one chunk, and the output does not depend on ``batch_size``: every request
 carries a seed derived from ``(seed, qid, purpose, arm)`` (see ``docs/pipeline.md`` for the
-choice on per-request seeds with vLLM).  With ``reproducible=False`` a record's ``wall_s`` is
+choice on per-request seeds with vLLM).  The exception is the batched transformers engine
+(``batch_prompts``), whose records depend on the chunk: its chunking is recorded in
+``<out>.run.json`` and chunks are cut from the input order and re-answered whole on resume
+(:mod:`.runio`).  With ``reproducible=False`` a record's ``wall_s`` is
 its chunk's wall time (counter-queries, retrieval, re-answers) shared equally among the chunk's records (batched work has no
 per-record wall time); ``completion_tokens`` is exact.
 """
@@ -48,7 +51,7 @@ from .hyperparameters import hp
 from .parsing import QueryParse, parse_counter_queries
 from .profiles import DEFAULT_PROFILE, get_profile
 from .retrieval import MAX_DOCS, IndexedDoc, Retriever
-from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
+from .runio import AppendOnlyJsonl, append_cost, check_run_config, chunking_config, chunks, derive_seed
 from .substrate import candidate_from, is_unanimous
 from .templates import PROMPT_VERSION, prompt_format, render
 
@@ -148,7 +151,8 @@ def run_probe(
     """Probe every first-round-unanimous question of ``logs``; appends DESIGN 2.2 records to ``out``.
 
     ``batch_size`` questions share each ``engine.generate`` call (1 = the per-question baseline;
-    the records do not depend on it).
+    the records do not depend on it, except with a batched engine (``batch_prompts``), whose
+    chunking is then recorded in ``<out>.run.json``: :func:`.runio.chunking_config`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -160,7 +164,8 @@ def run_probe(
                          "the probe re-answers with the substrate's N")
     run_cfg = {"stage": "probe", **asdict(config), "arms": list(config.arms), "engine": type(engine).__name__,
                "model": engine.name, "reranker": getattr(retriever.reranker, "model", None),
-               "index_sha256": retriever.index.corpus_sha256, "reproducible": reproducible}
+               "index_sha256": retriever.index.corpus_sha256, "reproducible": reproducible,
+               **chunking_config(engine, batch_size)}
     check_run_config(out, run_cfg)
     sink = AppendOnlyJsonl(out, read_probe, key=lambda r: (r.qid, r.arm))
     by_id = {d.id: d for d in retriever.index.docs}
@@ -199,9 +204,11 @@ def run_probe(
         return recs
 
     def flush(units: list[_Unit], gens: list, t0: float) -> None:
-        """Append a chunk's records in question order, arm order within a question."""
-        if not units:
+        """Append a chunk's unwritten records in question order, arm order within a question."""
+        kept = [(u, g) for u, g in zip(units, gens) if (u.log.qid, u.arm) not in sink.done]
+        if not kept:
             return
+        units, gens = [u for u, _ in kept], [g for _, g in kept]
         recs = records(units, gens, time.perf_counter() - t0)
         order = {a: i for i, a in enumerate(ARMS)}
         pairs = sorted(zip(units, recs), key=lambda p: (index[p[0].log.qid], order[p[0].arm]))
@@ -212,11 +219,14 @@ def run_probe(
         bar.update(len(pairs))
 
     index = {log.qid: i for i, log in enumerate(eligible)}
-    # pass 1: arms that use only this question's own evidence, chunk by chunk
-    for c0 in range(0, len(eligible), batch_size):
+    # pass 1: arms that use only this question's own evidence, chunk by chunk; chunks are cut
+    # from the eligible order and re-answered whole (runio.chunks: a batched engine's records
+    # depend on the chunk), evidence already written is reused, not asked again
+    def pass1_done(log: QuestionLog) -> bool:
+        return all((log.qid, a) in sink.done for a in first_pass) and (not need_counter or log.qid in counter)
+
+    for chunk in chunks(eligible, batch_size, pass1_done):
         t0 = time.perf_counter()
-        chunk = [log for log in eligible[c0:c0 + batch_size]
-                 if any((log.qid, a) not in sink.done for a in first_pass)]
         ask = [log for log in chunk if need_counter and log.qid not in counter]
         qtok: dict[str, int] = {}
         parsed: dict[str, QueryParse] = {}
@@ -235,8 +245,6 @@ def run_probe(
         units: list[_Unit] = []
         for log in chunk:
             for arm in first_pass:
-                if (log.qid, arm) in sink.done:
-                    continue
                 if arm == "instruction_only":
                     units.append(_Unit(log, arm, [], []))
                     continue
@@ -260,8 +268,6 @@ def run_probe(
         donors = donor_map([log.qid for log in eligible], config.seed)
         pending: list[_Unit] = []
         for log in eligible:
-            if (log.qid, "irrelevant_docs") in sink.done:
-                continue
             donor = donors.get(log.qid)
             if donor is None:
                 print(f"probe: irrelevant_docs arm skipped for {log.qid!r}: it needs a second probed question",
@@ -270,9 +276,8 @@ def run_probe(
             ev = counter[donor]
             pending.append(_Unit(log, "irrelevant_docs", list(ev.queries), [by_id[d] for d in ev.doc_ids],
                                  extra={"donor_qid": donor}))
-        for c0 in range(0, len(pending), batch_size):
+        for part in chunks(pending, batch_size, lambda u: (u.log.qid, u.arm) in sink.done):
             t0 = time.perf_counter()
-            part = pending[c0:c0 + batch_size]
             flush(part, generate(part), t0)
     bar.close()
     return Path(out)

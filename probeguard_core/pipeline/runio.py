@@ -12,7 +12,11 @@ the unit in flight.  On restart:
   engine a resumed run ends byte-identical to an uninterrupted one.
 
 The run's settings are stored beside the output (``<out>.run.json``); resuming with different
-settings is refused rather than mixing two configurations in one file.
+settings is refused rather than mixing two configurations in one file.  An engine whose records
+depend on which prompts share a call (the batched transformers engine, ``batch_prompts``) adds
+its chunking to those settings (:func:`chunking_config`), and every stage cuts its chunks from
+the input order and decodes a chunk whole (:func:`chunks`), so a resumed run decodes the same
+chunks as an uninterrupted one.
 
 Wall-clock seconds are not reproducible.  With ``reproducible=True`` the inline ``cost`` is
 ``null`` and the cost goes to a sidecar ``<out>.cost.jsonl`` (one line per unit; on a resumed
@@ -25,15 +29,15 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from probeguard_core.logs import json_line
 
-__all__ = ["AppendOnlyJsonl", "append_cost", "check_run_config", "derive_seed", "sidecar"]
+__all__ = ["AppendOnlyJsonl", "append_cost", "check_run_config", "chunking_config", "chunks", "derive_seed", "sidecar"]
 
 
 def derive_seed(seed: int, *parts: object) -> int:
@@ -45,6 +49,42 @@ def derive_seed(seed: int, *parts: object) -> int:
 def sidecar(path: str | os.PathLike[str], suffix: str) -> Path:
     p = Path(path)
     return p.with_name(p.name.removesuffix(".jsonl") + suffix)
+
+
+T = TypeVar("T")
+
+
+def chunking_config(engine: Any, batch_size: int) -> dict[str, Any]:
+    """The settings a stage's records depend on through the engine's batching, for ``<out>.run.json``.
+
+    A batched engine (``engine.batch_prompts`` set: pipeline/batched.py) decodes the prompts of
+    one call in chunks of ``batch_prompts``, and a record depends on its chunk's composition in
+    the last bits of floating point: its ``batch_prompts`` and the stage's ``batch_size``
+    (questions per call) are recorded, so a resumed run with another chunking is refused; so is
+    its decode mode when it is not the default dynamic cache (``decode``: the static cache,
+    compiled or not, changes the last bits of the records).  Engines whose records do not
+    depend on the batch (the batch-invariant default, vLLM with per-request seeds, scripted
+    engines) add nothing: their runs may resume with any chunking.
+    """
+    k = getattr(engine, "batch_prompts", None)
+    if k is None:
+        return {}
+    decode = getattr(engine, "decode", "dynamic")
+    return {"batch_prompts": k, "batch_size": batch_size, **({} if decode == "dynamic" else {"decode": decode})}
+
+
+def chunks(items: Sequence[T], batch_size: int, done: Callable[[T], bool]) -> Iterator[list[T]]:
+    """``items`` in chunks of ``batch_size`` cut from their input order (not from what is left to
+    do), skipping only the chunks whose every item is ``done``.  A chunk with any unfinished item
+    is yielded whole (the caller decodes all of it and appends the unfinished records), so a run
+    resumed after a kill, even one that cut the chunk's write short, decodes the same chunks as
+    an uninterrupted run."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    for i in range(0, len(items), batch_size):
+        chunk = list(items[i:i + batch_size])
+        if not all(map(done, chunk)):
+            yield chunk
 
 
 def check_run_config(out: str | os.PathLike[str], config: dict[str, Any]) -> None:

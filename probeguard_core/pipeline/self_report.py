@@ -31,7 +31,7 @@ from probeguard_core.logs import QuestionLog, SelfReport, read_self_report
 from .engines import Engine
 from .hyperparameters import hp
 from .parsing import format_options, parse_confidence
-from .runio import AppendOnlyJsonl, check_run_config, derive_seed
+from .runio import AppendOnlyJsonl, check_run_config, chunking_config, chunks, derive_seed
 from .templates import PROMPT_VERSION, chat_messages, prompt_format
 
 __all__ = ["p_true_from_top_logprobs", "run_self_report"]
@@ -59,22 +59,25 @@ def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path
                     progress: bool = True) -> Path:
     """Elicit both self-reports for every log; appends DESIGN 2.3 records to ``out`` (resumable).
 
-    Batched across questions (issue 15): per chunk of ``batch_size`` pending questions, one
-    ``engine.generate`` for all verbalized-confidence prompts and one for all P(True) prompts;
-    the chunk's records are appended in input order when it ends.  Seeds are per request
-    (``(seed, qid, purpose)``), so the records do not depend on ``batch_size``.
+    Batched across questions (issue 15): per chunk of ``batch_size`` questions (cut from the
+    input order and decoded whole: :func:`.runio.chunks`), one ``engine.generate`` for all
+    verbalized-confidence prompts and one for all P(True) prompts; the chunk's unwritten records
+    are appended in input order when it ends.  Seeds are per request (``(seed, qid, purpose)``),
+    so the records do not depend on ``batch_size``, except with a batched engine
+    (``batch_prompts``), whose chunking is then recorded in ``<out>.run.json``
+    (:func:`.runio.chunking_config`).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     check_run_config(out, {"stage": "self_report", "engine": type(engine).__name__, "model": engine.name,
-                           "max_new_tokens": max_new_tokens, "seed": seed, "prompt_version": prompt_version})
+                           "max_new_tokens": max_new_tokens, "seed": seed, "prompt_version": prompt_version,
+                           **chunking_config(engine, batch_size)})
     sink = AppendOnlyJsonl(out, read_self_report, key=lambda r: r.qid)
     tag = prompt_format(prompt_version)["confidence_tag"]
     temperature = hp("self_report", "temperature")
-    todo = [log for log in logs if log.qid not in sink.done]
-    bar = tqdm(total=len(logs), initial=len(logs) - len(todo), desc="self-report", unit="q", disable=not progress)
-    for c0 in range(0, len(todo), batch_size):
-        chunk = todo[c0:c0 + batch_size]
+    bar = tqdm(total=len(logs), initial=sum(log.qid in sink.done for log in logs), desc="self-report", unit="q",
+               disable=not progress)
+    for chunk in chunks(logs, batch_size, lambda log: log.qid in sink.done):
         answers = {log.qid: final_answer(log) for log in chunk}
         asked = [log for log in chunk if answers[log.qid] is not None]
         conf: dict[str, float | None] = {}
@@ -92,8 +95,9 @@ def run_self_report(logs: Sequence[QuestionLog], engine: Engine, out: str | Path
                 ptrue[log.qid] = p_true_from_top_logprobs(pt[0].first_top_logprobs or [])
         recs = [SelfReport(schema_version=1, qid=log.qid, dataset=log.dataset, backbone=log.backbone,
                            verbalized_confidence=conf.get(log.qid), p_true=ptrue.get(log.qid),
-                           final_answer=answers[log.qid], prompt_version=prompt_version) for log in chunk]
+                           final_answer=answers[log.qid], prompt_version=prompt_version)
+                for log in chunk if log.qid not in sink.done]
         sink.append(recs, keys=[r.qid for r in recs])
-        bar.update(len(chunk))
+        bar.update(len(recs))
     bar.close()
     return Path(out)

@@ -39,7 +39,7 @@ from .engines import Engine, Generation
 from .hyperparameters import hp
 from .profiles import DEFAULT_PROFILE, PROFILES, SubstrateProfile, get_profile
 from .retrieval import Retriever
-from .runio import AppendOnlyJsonl, append_cost, check_run_config, derive_seed
+from .runio import AppendOnlyJsonl, append_cost, check_run_config, chunking_config, chunks, derive_seed
 from .templates import PROMPT_VERSION, render
 
 __all__ = ["SubstrateConfig", "answers_block", "candidate_from", "is_unanimous", "run_substrate", "stops"]
@@ -231,21 +231,17 @@ def run_substrate(
     run_cfg = {"stage": "substrate", **asdict(config), "engine": type(engine).__name__, "model": engine.name,
                "reranker": getattr(getattr(retriever, "reranker", None), "model", None),
                "index_sha256": getattr(getattr(retriever, "index", None), "corpus_sha256", None),
-               "reproducible": reproducible, "top_k": sampling[0], "top_p": sampling[1]}
-    if getattr(engine, "batch_prompts", None) is not None:
-        # a batched engine's records depend on the chunking (pipeline/batched.py): record it
-        run_cfg.update(batch_prompts=engine.batch_prompts, batch_size=batch_size)
+               "reproducible": reproducible, "top_k": sampling[0], "top_p": sampling[1],
+               **chunking_config(engine, batch_size)}
     check_run_config(out, run_cfg)
     sink = AppendOnlyJsonl(out, read_logs, key=lambda r: r.qid)
     todo = [q for q in questions if str(q.qid) not in sink.done]
     bar = tqdm(total=len(questions), initial=len(questions) - len(todo), desc="substrate", unit="q", disable=not progress)
-    # chunks are cut from the input order (not from what is left to do) and written in one write,
-    # so a resumed run decodes the same chunks as an uninterrupted one
-    for i in range(0, len(questions), batch_size):
-        chunk = [q for q in questions[i:i + batch_size] if str(q.qid) not in sink.done]
-        if not chunk:
-            continue
+    # chunks are cut from the input order and decoded whole (runio.chunks), a chunk's records
+    # written in one write, so a resumed run decodes the same chunks as an uninterrupted one
+    for chunk in chunks(questions, batch_size, lambda q: str(q.qid) in sink.done):
         states = _run_chunk(chunk, engine, retriever, config)
+        states = [s for s in states if str(s.q.qid) not in sink.done]
         recs = [_record(s, config, reproducible) for s in states]  # input order
         if reproducible:
             for s, rec in zip(states, recs):
