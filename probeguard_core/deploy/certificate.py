@@ -44,7 +44,7 @@ import numpy as np
 
 from probeguard_core import certify as C
 from probeguard_core.deploy.errors import DeployError
-from probeguard_core.fileio import jsonable  # the one JSON conversion
+from probeguard_core.fileio import check_output_set, jsonable  # the one JSON conversion
 
 __all__ = [
     "CERTIFICATE_FORMAT",
@@ -487,8 +487,13 @@ def validate_certificate(cert: Any, where: str = "certificate") -> DeploymentCer
 
 
 def load_certificate(path: str | os.PathLike[str]) -> DeploymentCertificate:
-    """Read and validate ``certificate.json``."""
+    """Read and validate ``certificate.json``.
+
+    A certificate whose output set (``report.html``, ``dossiers.jsonl``) a killed ``certify`` or
+    ``monitor`` left half old, half new is refused first (:func:`probeguard_core.fileio.check_output_set`).
+    """
     p = Path(path)
+    check_output_set(p, DeployError)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
