@@ -92,6 +92,7 @@ __all__ = [
     "read_self_report",
     "validate_record",
     "version_problem",
+    "jsonl_bytes",
     "write_jsonl",
 ]
 
@@ -685,6 +686,28 @@ def json_line(rec: BaseModel | dict[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
+def _write_records(raw: Any, name: str, records: Iterable[BaseModel | dict[str, Any]]) -> None:
+    """The one artifact file format: :func:`json_line` per record, gzip (no timestamp, no file
+    name) when ``name`` ends in ``.gz``."""
+    if name.endswith(".gz"):
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            for rec in records:
+                gz.write(json_line(rec).encode("utf-8"))
+    else:
+        for rec in records:
+            raw.write(json_line(rec).encode("utf-8"))
+
+
+def jsonl_bytes(path: str | os.PathLike[str], records: Iterable[BaseModel | dict[str, Any]]) -> bytes:
+    """The bytes :func:`write_jsonl` writes to ``path``, for a file written as one of a set
+    (:func:`probeguard_core.fileio.write_files_atomically`)."""
+    import io
+
+    buf = io.BytesIO()
+    _write_records(buf, Path(path).name, records)
+    return buf.getvalue()
+
+
 def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict[str, Any]]) -> Path:
     """Write records atomically (:func:`probeguard_core.fileio.atomic_open`); ``.gz`` paths are compressed.
 
@@ -695,11 +718,5 @@ def write_jsonl(path: str | os.PathLike[str], records: Iterable[BaseModel | dict
 
     p = Path(path)
     with atomic_open(p) as raw:
-        if p.name.endswith(".gz"):
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-                for rec in records:
-                    gz.write(json_line(rec).encode("utf-8"))
-        else:
-            for rec in records:
-                raw.write(json_line(rec).encode("utf-8"))
+        _write_records(raw, p.name, records)
     return p

@@ -399,8 +399,12 @@ def test_untampered_certificate_round_trips(cert_path: Path) -> None:
     assert obj["content_sha256"] and set(obj["field_sha256"]) >= {"alpha", "strata[S1]", "standardization"}
 
 
-def test_version_1_certificate_still_reads_and_is_checked(cert_path: Path, tmp_path: Path) -> None:
-    """A format-1 certificate (certified_strata = the tested strata, no hashes) is read; its numbers still recompute."""
+def test_version_1_certificate_is_refused_with_a_re_certify_message(cert_path: Path, cell: dict[str, Path],
+                                                                    tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A format-1 certificate (certified_strata = the tested strata, no hashes) is refused (issue 25):
+    it has no per-field hashes, so an edit recomputed consistently would pass; the deployer is told
+    to re-certify.  Before issue 25 it was read, and an edited one applied."""
     obj = json.loads(cert_path.read_text())
     v1 = {k: v for k, v in obj.items() if k not in ("field_sha256", "content_sha256", "tested_strata", "n_tested_strata")}
     v1.update(format_version=1, certified_strata=obj["tested_strata"], n_certified_strata=obj["n_tested_strata"])
@@ -408,12 +412,15 @@ def test_version_1_certificate_still_reads_and_is_checked(cert_path: Path, tmp_p
         st["certified"] = st.pop("tested")
     p = tmp_path / "v1.json"
     p.write_text(json.dumps(v1))
-    cert = deploy.load_certificate(p)
-    assert cert.thresholds == {s["name"]: s["threshold"] for s in obj["strata"]}
-    _thr(v1)["threshold"] -= 0.5
-    p.write_text(json.dumps(v1))
-    with pytest.raises(deploy.DeployError, match=r"threshold' is"):
+    with pytest.raises(deploy.DeployError, match=r"field 'format_version' is 1.*re-certify with `probeguard certify`"):
         deploy.load_certificate(p)
+    dec = tmp_path / "d.csv"
+    rc, _, err = run(["apply", "--certificate", p, "--logs", cell["logs"], "--probe", cell["probe"],
+                      "--nli", cell["nli"], "--out", dec], capsys)
+    line = one_error_line(err, "apply")
+    assert rc == 2 and line.startswith(f"probeguard apply: error: {p}: field 'format_version' is 1"), line
+    assert "probeguard certify" in line and not dec.exists()
+    assert deploy.load_certificate(cert_path).format_version == 2  # the same certificate as format 2 reads
 
 
 # --------------------------------------------------------------------------------------------

@@ -189,3 +189,12 @@ def test_probe_accepts_candidate_objects() -> None:
     probe = L.ProbeRecord(**rec)
     assert [type(c) for c in probe.reanswers] == [L.ReAnswer, L.ReAnswer]
     assert probe.reanswers[1].answer == "B" and probe.reanswers[0].model_extra == {"vllm_seed": 3}
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.jsonl.gz"])
+def test_jsonl_bytes_are_the_bytes_write_jsonl_writes(name: str, tmp_path: Path) -> None:
+    """A file written as one of a set (``jsonl_bytes``) is byte for byte what ``write_jsonl`` writes."""
+    recs = [make_log([["A", "A", "B"]], qid="q1"), {"qid": "q2", "schema_version": 1, "x": [1, 2.5, None], "t": "é"}]
+    p = L.write_jsonl(tmp_path / name, recs)
+    assert p.read_bytes() == L.jsonl_bytes(p, recs)
+    assert (p.read_bytes()[:2] == b"\x1f\x8b") == name.endswith(".gz")

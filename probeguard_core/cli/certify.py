@@ -5,7 +5,8 @@ given and writes ``DIR/certificate.json`` and a self-contained ``DIR/report.html
 ``apply`` decides answer / abstain for every question of new logs with a certificate.
 Both write a referral dossier for every question they do not answer (``dossiers.jsonl``,
 :mod:`probeguard_core.deploy.dossier`), and refuse to write over any of their inputs.
-Both write through a temporary file and a rename: on any error nothing partial is left.
+Both write their files as one set (:func:`probeguard_core.fileio.write_files_atomically`): on any
+error the old files are kept, and a set a kill left half written is refused on read.
 """
 
 from __future__ import annotations

@@ -18,10 +18,14 @@ The hash is an integrity check, not a signature: someone who edits a field *and*
 every dependent number and hash consistently is not detected.  The recomputations make any
 partial edit (a threshold, a p-value, a count) fail on its own.
 
-Format history: version 1 (``certified_strata`` = the strata on which an LTT ran, no hashes)
-is still read, with the recomputation checks; version 2 adds ``tested_strata`` /
-``n_tested_strata`` (the Bonferroni m), makes ``certified_strata`` the strata that hold a
-threshold, and adds the hashes and the optional ``recalibration`` record.
+Format history: version 2 adds ``tested_strata`` / ``n_tested_strata`` (the Bonferroni m),
+makes ``certified_strata`` the strata that hold a threshold, and adds the hashes and the optional
+``recalibration`` record.  Version 2 is the only version read (issue 25: one self-check for every
+accepted version).  Version 1 (``certified_strata`` = the strata on which an LTT ran) carried no
+per-field hashes, and what it does record (the calibration files' sha256) cannot be checked
+without those files, which ``apply`` and ``monitor`` do not have: an edited version-1 certificate
+whose numbers were recomputed consistently could not be told from an honest one.  It is refused
+with a message to re-certify (``probeguard certify``); any other version is refused as unknown.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import numpy as np
 
 from probeguard_core import certify as C
 from probeguard_core.deploy.errors import DeployError
-from probeguard_core.fileio import jsonable  # the one JSON conversion
+from probeguard_core.fileio import check_output_set, jsonable  # the one JSON conversion
 
 __all__ = [
     "CERTIFICATE_FORMAT",
@@ -57,7 +61,8 @@ __all__ = [
 
 CERTIFICATE_FORMAT = "probeguard-certificate"
 CERTIFICATE_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+#: The format versions this reader accepts, each with its full self-check (only 2: see above).
+READABLE_VERSIONS = (2,)
 STRATIFY_CHOICES = (None, "specialty")
 #: Fields outside the content hash (the hashes themselves).
 _UNHASHED = ("field_sha256", "content_sha256")
@@ -141,8 +146,8 @@ class StratumCertificate:
 class DeploymentCertificate(Mapping[str, Any]):
     """A stratified Learn-then-Test certificate of a deployer's logs (Algorithm 2, Eq. 5).
 
-    Read-only mapping over :meth:`to_json` (``cert["alpha"]``), so code written for the
-    version-1 dict keeps working.  Build with :func:`probeguard_core.deploy.certify.certify_logs`;
+    Read-only mapping over :meth:`to_json` (``cert["alpha"]``), so code that reads it as a
+    dict keeps working.  Build with :func:`probeguard_core.deploy.certify.certify_logs`;
     read with :meth:`from_json`.
     """
 
@@ -242,9 +247,8 @@ class DeploymentCertificate(Mapping[str, Any]):
         if isinstance(obj, DeploymentCertificate):
             return obj
         _check_structure(obj, where)
-        version = obj["format_version"]
-        strata = tuple(_stratum_from(st, i, obj, version, where) for i, st in enumerate(obj["strata"]))
-        tested = tuple(obj["tested_strata"] if version >= 2 else obj["certified_strata"])
+        strata = tuple(_stratum_from(st, obj) for st in obj["strata"])
+        tested = tuple(obj["tested_strata"])
         cert = cls(
             package=str(obj.get("package", "probeguard_core")), package_version=str(obj.get("package_version", "")),
             created_by=str(obj.get("created_by", "")), alpha=float(obj["alpha"]), delta=float(obj["delta"]),
@@ -255,7 +259,7 @@ class DeploymentCertificate(Mapping[str, Any]):
             score_definitions=dict(obj.get("score_definitions", {})), standardization=obj["standardization"],
             n=obj.get("n"), n_answered=obj.get("n_answered"), coverage=obj.get("coverage"),
             notes=tuple(obj.get("notes", [])), inputs=tuple(obj.get("inputs", [])), strata=strata,
-            recalibration=obj.get("recalibration"), format_version=version,
+            recalibration=obj.get("recalibration"), format_version=obj["format_version"],
         )
         _self_check(cert, obj, where)
         return cert
@@ -280,11 +284,9 @@ _REQUIRED: dict[str, Any] = {
     "format": str, "format_version": int, "alpha": float, "delta": float, "grid": list,
     "stratify_by": (str, type(None)), "datasets": list, "backbones": list, "standardization": dict,
     "strata": list, "certified_strata": list, "n": int, "n_answered": int, "coverage": float,
+    "tested_strata": list, "n_tested_strata": int, "n_certified_strata": int,
+    "field_sha256": dict, "content_sha256": str,
 }
-_REQUIRED_V2: dict[str, Any] = {"tested_strata": list, "n_tested_strata": int, "n_certified_strata": int,
-                                "field_sha256": dict, "content_sha256": str}
-#: Fields that only format 2 writes (their presence in a format-1 certificate is a downgrade).
-_V2_ONLY = ("tested_strata", "field_sha256", "content_sha256")
 _STRATUM_FIELDS: dict[str, Any] = {
     "name": str, "base_stratum": str, "n": int, "n_scored": int, "n_errors": int, "status": str,
     "n_answered": int, "n_answered_errors": int, "grid": list,
@@ -313,21 +315,15 @@ def _check_structure(obj: Any, where: str) -> None:
     if obj.get("format") != CERTIFICATE_FORMAT:
         raise CertificateError(f"{where}: field 'format' is {obj.get('format')!r}, not {CERTIFICATE_FORMAT!r}; "
                                "not a probeguard certificate")
-    if "format_version" in obj and obj["format_version"] not in READABLE_VERSIONS:
-        raise CertificateError(f"{where}: unsupported format_version {obj['format_version']!r} "
+    version = obj.get("format_version")
+    if type(version) is int and version == 1:
+        raise _fail(where, "format_version", "is 1, a format without per-field hashes that cannot be checked "
+                    "(an edit would go unnoticed) and is no longer read: re-certify with `probeguard certify` "
+                    "on the calibration logs")
+    if "format_version" in obj and (type(version) is not int or version not in READABLE_VERSIONS):
+        raise CertificateError(f"{where}: unsupported format_version {version!r} "
                                f"(this reader understands {list(READABLE_VERSIONS)})")
     required = dict(_REQUIRED)
-    if obj.get("format_version") == 2:
-        required.update(_REQUIRED_V2)
-    elif obj.get("format_version") == 1:
-        # issue 25: a version-2 certificate relabelled 1 would skip the hash check; a format-1
-        # certificate never held a field that format 2 introduced, so one present is a downgrade
-        later = sorted(k for k in (*_V2_ONLY, "n_tested_strata") if k in obj)
-        later += [f"strata[{i}].tested" for i, st in enumerate(obj.get("strata") or [])
-                  if isinstance(st, dict) and "tested" in st]
-        if later:
-            raise _fail(where, "format_version", f"is 1 but the certificate holds {later[0]!r}, a field of "
-                        "format 2: a version-2 certificate relabelled to skip its hash check is refused")
     for key, typ in required.items():
         if key not in obj:
             raise CertificateError(f"{where}: missing field {key!r}")
@@ -372,9 +368,8 @@ def _check_structure(obj: Any, where: str) -> None:
         raise CertificateError(f"{where}: an S1 stratum has a threshold but 'standardization' is empty")
 
 
-def _stratum_from(st: dict[str, Any], i: int, obj: dict[str, Any], version: int, where: str) -> StratumCertificate:
-    tested = bool(st["tested"]) if version >= 2 and "tested" in st else (
-        st["name"] in obj.get("tested_strata", obj["certified_strata"]))
+def _stratum_from(st: dict[str, Any], obj: dict[str, Any]) -> StratumCertificate:
+    tested = bool(st["tested"]) if "tested" in st else st["name"] in obj["tested_strata"]
     return StratumCertificate(
         name=st["name"], base_stratum=st["base_stratum"], specialty=st.get("specialty"),
         certified=bool(st.get("certified", False)), tested=tested, scored=bool(st.get("scored", False)),
@@ -387,7 +382,7 @@ def _stratum_from(st: dict[str, Any], i: int, obj: dict[str, Any], version: int,
 
 
 def _self_check(cert: DeploymentCertificate, obj: dict[str, Any], where: str) -> None:
-    """Recompute every dependent number of ``obj``; then compare the content hashes (v2)."""
+    """Recompute every dependent number of ``obj``; then compare the content hashes."""
     names = [s.name for s in cert.strata]
     unknown = [t for t in cert.tested_strata if t not in names]
     if unknown:
@@ -412,22 +407,21 @@ def _self_check(cert: DeploymentCertificate, obj: dict[str, Any], where: str) ->
     if cert.standardization and n_std != n_s1:
         raise _fail(where, "standardization", f"counts {n_std} unanimous calibration questions but the S1 "
                     f"strata score {n_s1}")
-    if cert.format_version >= 2:
-        if obj["certified_strata"] != cert.certified_strata or obj["n_certified_strata"] != len(cert.certified_strata):
-            raise _fail(where, "certified_strata", f"is {obj['certified_strata']} (n={obj['n_certified_strata']}) "
-                        f"but the strata holding a threshold are {cert.certified_strata}")
-        if obj["n_tested_strata"] != m:
-            raise _fail(where, "n_tested_strata", f"is {obj['n_tested_strata']} but tested_strata lists {m}")
-        body = {k: v for k, v in obj.items() if k not in _UNHASHED}
-        want_h = field_hashes(body)
-        got_h = obj["field_sha256"]
-        for key in sorted(set(want_h) | set(got_h), key=lambda k: (k not in want_h, k)):
-            if got_h.get(key) != want_h.get(key):
-                what = "was added" if key not in got_h else ("was removed" if key not in want_h else "was edited")
-                raise CertificateError(f"{where}: field {key!r} {what} after certification "
-                                       "(its sha256 disagrees with field_sha256); refusing an altered certificate")
-        if obj["content_sha256"] != _sha(got_h):
-            raise _fail(where, "content_sha256", "disagrees with field_sha256: the hash table was edited")
+    if obj["certified_strata"] != cert.certified_strata or obj["n_certified_strata"] != len(cert.certified_strata):
+        raise _fail(where, "certified_strata", f"is {obj['certified_strata']} (n={obj['n_certified_strata']}) "
+                    f"but the strata holding a threshold are {cert.certified_strata}")
+    if obj["n_tested_strata"] != m:
+        raise _fail(where, "n_tested_strata", f"is {obj['n_tested_strata']} but tested_strata lists {m}")
+    body = {k: v for k, v in obj.items() if k not in _UNHASHED}
+    want_h = field_hashes(body)
+    got_h = obj["field_sha256"]
+    for key in sorted(set(want_h) | set(got_h), key=lambda k: (k not in want_h, k)):
+        if got_h.get(key) != want_h.get(key):
+            what = "was added" if key not in got_h else ("was removed" if key not in want_h else "was edited")
+            raise CertificateError(f"{where}: field {key!r} {what} after certification "
+                                   "(its sha256 disagrees with field_sha256); refusing an altered certificate")
+    if obj["content_sha256"] != _sha(got_h):
+        raise _fail(where, "content_sha256", "disagrees with field_sha256: the hash table was edited")
 
 
 def _check_stratum(cert: DeploymentCertificate, st: StratumCertificate, at: str, grid_desc: list[float],
@@ -493,8 +487,13 @@ def validate_certificate(cert: Any, where: str = "certificate") -> DeploymentCer
 
 
 def load_certificate(path: str | os.PathLike[str]) -> DeploymentCertificate:
-    """Read and validate ``certificate.json``."""
+    """Read and validate ``certificate.json``.
+
+    A certificate whose output set (``report.html``, ``dossiers.jsonl``) a killed ``certify`` or
+    ``monitor`` left half old, half new is refused first (:func:`probeguard_core.fileio.check_output_set`).
+    """
     p = Path(path)
+    check_output_set(p, DeployError)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -1,12 +1,14 @@
-"""Atomic output of the deployment commands: all files of one run, or none (issue 12 §3).
+"""Atomic output of the deployment commands: the old set of a run's files or the new one (issues 12, 25).
 
 The writer is :mod:`probeguard_core.fileio`'s (the one atomic writer of the project): every
-file goes through a temporary file in its folder and ``os.replace``; on any failure (or
-Ctrl-C) the temporaries, the files already renamed and the folders it created are removed.  A
-run killed outright (SIGKILL, power loss) cannot clean up: its ``.NAME.XXXXXXXX.tmp`` files are
-removed by the next run that writes ``NAME``.  Folders are created only when the outputs are
-written, so an interrupted computation leaves no empty output folder.  Failures are raised
-as :class:`~probeguard_core.deploy.errors.DeployError`.
+file goes through a temporary file in its folder and ``os.replace``, under a journal that names
+the set; on any failure (or Ctrl-C) the files already renamed are rolled back to the old ones,
+and the temporaries, backups, journals and the folders it created are removed.  A run killed
+outright (SIGKILL, power loss) cannot clean up: a set it left mixed is refused by
+:func:`~probeguard_core.deploy.certificate.load_certificate` and rolled back by the next run that
+writes one of its files, which also removes its ``.NAME.XXXXXXXX.tmp`` files.  Folders are
+created only when the outputs are written, so an interrupted computation leaves no empty output
+folder.  Failures are raised as :class:`~probeguard_core.deploy.errors.DeployError`.
 """
 
 from __future__ import annotations

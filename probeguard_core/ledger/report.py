@@ -131,7 +131,8 @@ def page_verdicts(release: Any, page: str, n_splits: int | None = None) -> pd.Da
 
 
 def ledger_files(table: pd.DataFrame, release: str, out: str | Path) -> dict[Path, bytes]:
-    """``claims.csv`` and ``claims.json`` of a ledger (bytes, for an all-or-nothing write): the
+    """``claims.csv`` and ``claims.json`` of a ledger (bytes, written as one set by
+    :func:`probeguard_core.fileio.write_files_atomically`): the
     rows (values rounded to 6 digits, so a re-run is byte-identical), and in the JSON the release,
     the scorecard, each claim's verdict and the equivalence margin of the "at chance" rule."""
     out = Path(out)

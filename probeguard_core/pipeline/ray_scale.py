@@ -40,7 +40,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from probeguard_core.logs import read_logs, write_jsonl
+from probeguard_core.fileio import write_files_atomically
+from probeguard_core.logs import jsonl_bytes, read_logs
 
 from .runio import check_run_config, sidecar
 from .substrate import SubstrateConfig, run_substrate
@@ -97,9 +98,12 @@ def merge_parts(out: str | Path, qids: Sequence[str], n_shards: int) -> Path:
                          "delete the parts and re-run with one configuration")
     if configs:
         check_run_config(out, json.loads(configs.pop()))
+    out = Path(out)
+    files = {out: jsonl_bytes(out, [recs[q] for q in qids])}
     if costs:
-        sidecar(out, ".cost.jsonl").write_text("".join(costs[q] + "\n" for q in qids if q in costs), encoding="utf-8")
-    return write_jsonl(out, [recs[q] for q in qids])
+        files[sidecar(out, ".cost.jsonl")] = "".join(costs[q] + "\n" for q in qids if q in costs).encode("utf-8")
+    write_files_atomically(files)  # the records and their cost sidecar as one set (issue 25)
+    return out
 
 
 class SubstrateShardWorker:

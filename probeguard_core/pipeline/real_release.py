@@ -106,8 +106,10 @@ def _shard_lines(work: Path, workers: int) -> int:
 def merge_shards(work: Path, questions: Sequence[Any], workers: int) -> int:
     """Write ``logs.jsonl`` and ``logs.cost.jsonl`` from the shard files, lines copied verbatim in
     the seeded question order (only questions every earlier one of which is done, so a resumed
-    run never leaves a gap). Returns the number of questions merged."""
-    from probeguard_core.fileio import write_text_atomic
+    run never leaves a gap); the two files are written as one set
+    (:func:`probeguard_core.fileio.write_files_atomically`: a kill between them cannot leave logs
+    whose costs are another merge's). Returns the number of questions merged."""
+    from probeguard_core.fileio import write_files_atomically
     from probeguard_core.pipeline.runio import sidecar
 
     lines: dict[str, dict[str, str]] = {"logs": {}, "cost": {}}
@@ -122,8 +124,10 @@ def merge_shards(work: Path, questions: Sequence[Any], workers: int) -> int:
         if str(q.qid) not in lines["logs"]:
             break
         order.append(str(q.qid))
-    write_text_atomic(work / "logs.jsonl", "".join(lines["logs"][k] + "\n" for k in order))
-    write_text_atomic(work / "logs.cost.jsonl", "".join(lines["cost"][k] + "\n" for k in order))
+    write_files_atomically({
+        work / "logs.jsonl": "".join(lines["logs"][k] + "\n" for k in order).encode("utf-8"),
+        work / "logs.cost.jsonl": "".join(lines["cost"][k] + "\n" for k in order).encode("utf-8"),
+    })
     return len(order)
 
 
