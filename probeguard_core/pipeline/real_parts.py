@@ -17,7 +17,9 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -238,7 +240,7 @@ def convert_gguf(cache: Path | None = None, model: GgufModel = SMOLLM2) -> Path:
     digest = sha256_file(src)
     folder = (cache or default_cache()) / f"{model.slug}-{digest[:12]}"
     stamp = folder / "probeguard-conversion.json"
-    if stamp.is_file() and json.loads(stamp.read_text())["gguf_sha256"] == digest:
+    if _converted(stamp, digest):
         return folder
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -257,17 +259,35 @@ def convert_gguf(cache: Path | None = None, model: GgufModel = SMOLLM2) -> Path:
         eos = lm.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         lm.generation_config.eos_token_id = eos + [tok.convert_tokens_to_ids(t) for t in model.extra_eos]
-    tmp = folder.with_name(folder.name + ".tmp")
-    lm.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    (tmp / "probeguard-conversion.json").write_text(json.dumps(
-        {"gguf": src.name, "gguf_sha256": digest, "package": model.package, "dtype": "float32"}, indent=1) + "\n")
-    if folder.exists():
-        import shutil
+    # each process converts into its own temporary folder beside the target, so processes that
+    # start at once (the pilot's pool, the substrate's workers) never write into one folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", suffix=".tmp", dir=folder.parent))
+    try:
+        lm.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        (tmp / "probeguard-conversion.json").write_text(json.dumps(
+            {"gguf": src.name, "gguf_sha256": digest, "package": model.package, "dtype": "float32"}, indent=1) + "\n")
+        if _converted(stamp, digest):
+            return folder  # another process finished the same conversion first
+        if folder.exists():
+            shutil.rmtree(folder)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not _converted(stamp, digest):
+                raise
+        return folder
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
-        shutil.rmtree(folder)
-    os.replace(tmp, folder)
-    return folder
+
+def _converted(stamp: Path, digest: str) -> bool:
+    """Whether the conversion folder of ``stamp`` holds the conversion of the GGUF ``digest``."""
+    try:
+        return json.loads(stamp.read_text())["gguf_sha256"] == digest
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 class ForcedTagEngine:

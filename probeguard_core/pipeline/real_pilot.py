@@ -117,6 +117,9 @@ def run_pilot(work: Path, cfg: Any, cache: Path | None = None, workers: int = 2,
         return json.loads(done_path.read_text())
     rows: list[dict[str, Any]] = []
     grid = sorted(temperatures, reverse=True)
+    from probeguard_core.pipeline.real_parts import convert_gguf
+
+    convert_gguf(cache)  # once, before the pool: its processes then only read the conversion
     with mp.get_context("spawn").Pool(workers) as pool:
         for i in range(0, len(grid), workers):  # the highest temperatures first, `workers` at a time
             batch = grid[i:i + workers]
