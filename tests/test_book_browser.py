@@ -671,8 +671,8 @@ def test_landing_page_shows_the_scorecard(built: dict[str, Path], browser: Any) 
 
 @pytest.mark.parametrize("site", ["small", *(["full"] if FULL else [])])
 def test_result_pages_show_a_verdict_line_per_claim(built: dict[str, Path], browser: Any, site: str) -> None:
-    """Every result page that tests a claim shows one line per claim it tests, under its banner,
-    each reading holds / does not hold / cannot be decided / cannot be tested with its value."""
+    """Every result page that tests a claim shows one line per claim it tests, under its banner (folded
+    under a summary line of the counts when there are many), each reading holds / does not hold / cannot be decided / cannot be tested with its value."""
     root = _sites(built)[site]
     names = [e.name for e in bb.load_registry() if _claims_of(e.name)]
     shown = [n for n in names if (root / f"book/_generated/{n}.html").is_file()]
@@ -683,6 +683,10 @@ def test_result_pages_show_a_verdict_line_per_claim(built: dict[str, Path], brow
         page, _ = _open(browser, root / rel)
         block = page.locator(".probeguard-verdicts")
         assert block.count() == 1, f"{rel}: no verdict block"
+        summary = block.locator("summary")
+        assert re.match(r"The paper.s claims this page tests: \d+ ", summary.inner_text()), rel
+        if block.get_attribute("open") is None:  # more lines than OPEN_VERDICT_LINES: folded under the summary
+            summary.locator("strong").click()
         lines = block.locator("li[data-claim]")
         assert {lines.nth(i).get_attribute("data-claim") for i in range(lines.count())} == _claims_of(name), rel
         for i in range(lines.count()):

@@ -272,11 +272,10 @@ def test_about_this_page_quotes_what_the_page_glues(entry: bb.NotebookEntry) -> 
     ``{glue:md}`ours_<key>``` of its prose is glued by its ``page.quote(res, ...)`` and written by
     its ``out.results``."""
     src = (REPO / entry.source).read_text(encoding="utf-8")
-    if entry.name != "departures":  # the departures page is its own explanation
-        assert src.count("\n## About this page\n") == 1, f"{entry.name}: no (or two) 'About this page' sections"
-        about = src.index("\n## About this page\n")
-        first = re.search(r"tables\.(styled|wide_beside|long_beside|captioned)\(|Markdown\(", src)
-        assert first and first.start() < about, f"{entry.name}: 'About this page' comes before the first result"
+    assert src.count("\n## About this page\n") == 1, f"{entry.name}: no (or two) 'About this page' sections"
+    about = src.index("\n## About this page\n")
+    first = re.search(r"tables\.(styled|wide_beside|long_beside|captioned)\(|dep\.display\(", src)
+    assert first and first.start() < about, f"{entry.name}: 'About this page' comes before the first result"
     quoted = re.findall(r"\{glue:md\}`ours_(\w+)`", src)
     glued = {k for call in re.findall(r"page\.quote\(res, ([^)]*)\)", src) for k in re.findall(r'"(\w+)"', call)}
     assert set(quoted) <= glued, f"{entry.name}: quoted but not glued: {sorted(set(quoted) - glued)}"
