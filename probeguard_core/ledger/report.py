@@ -103,7 +103,7 @@ DEPARTURES_HREF = "departures.html"
 
 #: A page with more verdict lines than this shows them folded under their summary line, so its
 #: result stays on the first screen (issue 23 pt 1).
-OPEN_VERDICT_LINES = 3
+OPEN_VERDICT_LINES = 1
 
 
 def verdict_counts(verdicts: list[str]) -> str:
