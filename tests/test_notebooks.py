@@ -274,7 +274,7 @@ def test_about_this_page_quotes_what_the_page_glues(entry: bb.NotebookEntry) -> 
     src = (REPO / entry.source).read_text(encoding="utf-8")
     assert src.count("\n## About this page\n") == 1, f"{entry.name}: no (or two) 'About this page' sections"
     about = src.index("\n## About this page\n")
-    first = re.search(r"tables\.(styled|wide_beside|long_beside|captioned)\(|dep\.display\(", src)
+    first = re.search(r"tables\.(styled|wide_beside|long_beside|captioned)\(|dep\.display\(|Markdown\(tables\.", src)
     assert first and first.start() < about, f"{entry.name}: 'About this page' comes before the first result"
     quoted = re.findall(r"\{glue:md\}`ours_(\w+)`", src)
     glued = {k for call in re.findall(r"page\.quote\(res, ([^)]*)\)", src) for k in re.findall(r'"(\w+)"', call)}
