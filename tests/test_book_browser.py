@@ -3,7 +3,8 @@
 Two sites are checked:
 
 * **a small book** built once per session into a scratch copy of the book sources (the
-  certification and discrimination notebooks, the departures page, the prose chapters; small
+  certification and discrimination notebooks, the ledger and departures pages, the landing and
+  method pages; small
   parameters, a 5 % simulated release), with its PDF; always;
 * **a full build**, when ``PROBEGUARD_BOOK_HTML`` names its ``_build/html`` (after
   ``python -m probeguard_core.book.build --release data/simulated-v1``): every page of the book.
@@ -356,6 +357,62 @@ def _click_menu(page: Any) -> None:
     page.wait_for_timeout(600)  # the drawer / collapse transition
 
 
+#: The first table or figure of a page's article (a table, an image, an SVG chart, a Vega chart), its
+#: top from the top of the page in CSS px; the banner, the verdict lines, the parameters and the
+#: theme's icons are not results.
+_FIRST_RESULT = r"""() => {
+  const art = document.querySelector('article.bd-article') || document.querySelector('main');
+  const skip = '.probeguard-provenance, .probeguard-verdicts, .probeguard-parameters, button, .headerbtn, .probeguard-downloads';
+  const tops = [...art.querySelectorAll('table, img, svg, .vega-embed')]
+    .filter(e => !e.closest(skip)).map(e => [e, e.getBoundingClientRect()])
+    .filter(([e, r]) => r.width >= 60 && r.height >= 30)
+    .map(([e, r]) => ({tag: e.tagName.toLowerCase(), top: Math.round(r.top + window.scrollY)}));
+  tops.sort((a, b) => a.top - b.top);
+  return tops[0] || null;
+}"""
+#: The sidebar's entries that are prose, not results: the landing page and the method page.
+PROSE_PAGES = {"book/intro.html", "book/method.html"}
+
+
+def _sidebar_entries(html: Path, browser: Any) -> list[str]:
+    """The pages the sidebar of ``html``'s landing page lists (html paths under the build)."""
+    page, _ = _open(browser, html / "book/intro.html", WIDTHS["laptop"])
+    hrefs = page.locator(".bd-sidebar-primary a.reference.internal").evaluate_all(
+        "els => els.map(e => e.getAttribute('href'))")
+    page.context.close()
+    out = []
+    for h in hrefs:
+        target = _resolve_link(html, "book/intro.html", h)
+        if target is not None:
+            rel = target.relative_to(html.resolve()).as_posix()
+            if rel not in out:
+                out.append(rel)
+    return out
+
+
+@pytest.mark.parametrize("site", ["small", *(["full"] if FULL else [])])
+def test_nav_entry_opens_on_its_result(built: dict[str, Path], browser: Any, site: str) -> None:
+    """Issue 23 pt 1: every navigation entry but the landing and method pages opens on its result: at
+    1366 x 768 a table or figure starts within the first screen (768 px from the page's top), under
+    the banner, not behind a chevron or a page of prose."""
+    html = _sites(built)[site]
+    entries = _sidebar_entries(html, browser)
+    results = [e for e in entries if e not in PROSE_PAGES]
+    assert all(e.startswith("book/_generated/") for e in results), (
+        f"sidebar entries that are neither a notebook page nor the landing / method page: "
+        f"{[e for e in results if not e.startswith('book/_generated/')]}")
+    want = {p for p in SITE_PAGES[site] if p.startswith("book/_generated/")}
+    assert set(results) == want, f"the sidebar lists {sorted(results)}, the toc {sorted(want)}"
+    late = {}
+    for rel in results:
+        page, log = _open(browser, html / rel, WIDTHS["laptop"])
+        first = page.evaluate(_FIRST_RESULT)
+        page.context.close()
+        if first is None or first["top"] > WIDTHS["laptop"][1]:
+            late[rel] = first
+    assert not late, f"pages whose first table or figure is not on the first 768-px screen: {late}"
+
+
 @pytest.mark.parametrize("rel", ["book/intro.html", f"book/_generated/{NAME}.html"])
 def test_menu_opens_the_drawer_on_a_phone(built: dict[str, Path], browser: Any, rel: str) -> None:
     page, log = _open(browser, built["html"] / rel, WIDTHS["phone"])
@@ -451,7 +508,7 @@ def test_landing_page_has_cite_box_and_pdf(built: dict[str, Path], browser: Any)
 
 
 def test_banner_links_the_departures_page(built: dict[str, Path], browser: Any) -> None:
-    for rel in ("book/intro.html", f"book/_generated/{NAME}.html", "book/certification.html"):
+    for rel in ("book/intro.html", f"book/_generated/{NAME}.html"):
         page, _ = _open(browser, built["html"] / rel)
         link = page.locator(".probeguard-provenance a").filter(has_text="departs from the paper")
         assert link.count() >= 1, f"{rel}: the banner does not link the departures page"
@@ -582,7 +639,7 @@ def test_slider_moves_readout_to_precomputed_values(built: dict[str, Path], brow
 
 
 def test_pages_carry_the_provenance_banner(built: dict[str, Path], browser: Any) -> None:
-    for rel in ("book/certification.html", f"book/_generated/{NAME}.html", "book/intro.html"):
+    for rel in (f"book/_generated/{NAME}.html", "book/intro.html"):
         page, log = _open(browser, built["html"] / rel)
         banner = page.locator(".probeguard-provenance").first
         assert "Simulated release" in banner.inner_text(), rel
@@ -614,8 +671,8 @@ def test_landing_page_shows_the_scorecard(built: dict[str, Path], browser: Any) 
 
 @pytest.mark.parametrize("site", ["small", *(["full"] if FULL else [])])
 def test_result_pages_show_a_verdict_line_per_claim(built: dict[str, Path], browser: Any, site: str) -> None:
-    """Every result page that tests a claim shows one line per claim it tests, under its banner,
-    each reading holds / does not hold / cannot be decided / cannot be tested with its value."""
+    """Every result page that tests a claim shows one line per claim it tests, under its banner (folded
+    under a summary line of the counts when there are many), each reading holds / does not hold / cannot be decided / cannot be tested with its value."""
     root = _sites(built)[site]
     names = [e.name for e in bb.load_registry() if _claims_of(e.name)]
     shown = [n for n in names if (root / f"book/_generated/{n}.html").is_file()]
@@ -626,6 +683,10 @@ def test_result_pages_show_a_verdict_line_per_claim(built: dict[str, Path], brow
         page, _ = _open(browser, root / rel)
         block = page.locator(".probeguard-verdicts")
         assert block.count() == 1, f"{rel}: no verdict block"
+        summary = block.locator("summary")
+        assert re.match(r"The paper.s claims this page tests: \d+ ", summary.inner_text()), rel
+        if block.get_attribute("open") is None:  # more lines than OPEN_VERDICT_LINES: folded under the summary
+            summary.locator("strong").click()
         lines = block.locator("li[data-claim]")
         assert {lines.nth(i).get_attribute("data-claim") for i in range(lines.count())} == _claims_of(name), rel
         for i in range(lines.count()):

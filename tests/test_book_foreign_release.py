@@ -293,8 +293,8 @@ def test_the_whole_book_is_built_from_a_foreign_release(runs: _Runs) -> None:
     assert (html / "index.html").is_file()
     page = (html / "book" / "_generated" / "table1_fig1.html").read_text(encoding="utf-8")
     assert "lab-x-mistral-medqa-2025" in page and "Simulated release" not in page
-    chapter = (html / "book" / "comparison.html").read_text(encoding="utf-8")
-    assert "Release: lab-x-mistral-medqa-2025" in chapter
+    landing = (html / "book" / "intro.html").read_text(encoding="utf-8")
+    assert "Release: lab-x-mistral-medqa-2025" in landing
 
 
 # --------------------------------------------------------------------------- the helpers, without notebooks
@@ -395,6 +395,6 @@ def test_build_starts_the_heaviest_notebooks_first_and_pins_kernel_threads(monke
 
 def test_registry_weight_must_be_seconds(tmp_path: Path) -> None:
     (tmp_path / "notebooks").mkdir()
-    (tmp_path / "notebooks" / "registry.yml").write_text("- name: a\n  chapter: book/a.md\n  weight: -1\n")
+    (tmp_path / "notebooks" / "registry.yml").write_text("- name: a\n  weight: -1\n")
     with pytest.raises(bb.BuildError, match="weight must be a non-negative number"):
         bb.load_registry(tmp_path)

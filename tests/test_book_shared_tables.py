@@ -23,12 +23,12 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _entries(*flags: bool) -> list[bb.NotebookEntry]:
-    return [bb.NotebookEntry(f"n{i}", "book/x.md", cell_tables=f) for i, f in enumerate(flags)]
+    return [bb.NotebookEntry(f"n{i}", cell_tables=f) for i, f in enumerate(flags)]
 
 
 def test_registry_cell_tables_must_be_a_boolean(tmp_path: Path) -> None:
     (tmp_path / "notebooks").mkdir()
-    (tmp_path / "notebooks" / "registry.yml").write_text("- name: a\n  chapter: book/a.md\n  cell_tables: yes please\n")
+    (tmp_path / "notebooks" / "registry.yml").write_text("- name: a\n  cell_tables: yes please\n")
     with pytest.raises(bb.BuildError, match="cell_tables must be true or false"):
         bb.load_registry(tmp_path)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from book_fixtures import book_copy
 from helpers import paper_text
 
 from probeguard_core.book import build as bb
@@ -70,12 +71,12 @@ def test_summary_follows_provenance_not_name() -> None:
 
 def test_build_substitutes_the_release_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """build_book hands jupyter-book the release's own summary (captured config, no sphinx run)."""
-    (tmp_path / "book").mkdir()
-    (tmp_path / "_config.yml").write_text((REPO / "_config.yml").read_text(encoding="utf-8"), encoding="utf-8")
+    book_copy(tmp_path)
     monkeypatch.setattr(bb.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
     rel = REPO / "data" / "real-smollm2-135m-mmlu-med"
     bb.build_book(rel, root=tmp_path)
     cfg = yaml.safe_load((tmp_path / "_build" / "_config.generated.yml").read_text(encoding="utf-8"))
     assert cfg["parse"]["myst_substitutions"]["release_summary"] == load_release(rel, verify=False).summary()
+    assert cfg["parse"]["myst_substitutions"]["link"]["ledger"] == "{doc}`/book/_generated/ledger`"
     default = yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
     assert "release_summary" in default["parse"]["myst_substitutions"]  # a build without build.py still renders

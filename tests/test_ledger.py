@@ -24,6 +24,7 @@ from probeguard_core.ledger.report import (
     page_verdicts_html,
     scorecard,
     scorecard_sentence,
+    verdict_counts,
 )
 from probeguard_core.release import load_release
 
@@ -179,6 +180,10 @@ def test_scorecard_and_page_lines(tiny_ledger) -> None:
     assert 'href="departures.html#mechanism-confidence-by-state"' in block
     assert "departures.html" not in page_verdicts_html(tiny_ledger, "table5_fig5_all_signals", simulated=False)
     assert page_verdicts_html(tiny_ledger, "departures", simulated=True) == ""
+    assert "<summary><strong>The paper's claims this page tests</strong>: 1 does not hold (" in block
+    assert block.startswith('<details class="probeguard-verdicts" open>')  # one line: shown, not folded
+    assert verdict_counts(["holds", "holds", "fails", "undetermined"]) == \
+        "2 hold, 1 does not hold, 1 cannot be decided at this size"
 
 
 # --------------------------------------------------------------------------- the CLI

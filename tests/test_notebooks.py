@@ -99,9 +99,41 @@ def _inputs_shown(out: Path) -> list[str]:
 
 
 def test_registry_agrees_with_notebooks_and_toc() -> None:
-    """Every notebooks/*.md is registered, has its chapter and toc entry (fails on a new,
-    unregistered notebook: register it in notebooks/registry.yml and _toc.yml)."""
+    """Every notebooks/*.md is registered and listed in _toc.yml as book/_generated/<name> (fails on a
+    new, unregistered notebook: register it in notebooks/registry.yml and _toc.yml)."""
     bb.check_registry(REPO, strict=True)
+
+
+def test_registry_refuses_a_chapter_field_and_toc_must_list_each_page(tmp_path: Path) -> None:
+    """The registry has no ``chapter`` field (each page is its own toc entry), and the check names a
+    registered notebook that ``_toc.yml`` does not list."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "registry.yml").write_text("- name: a\n  chapter: book/a.md\n")
+    with pytest.raises(bb.BuildError, match=r"unknown field\(s\) \['chapter'\]"):
+        bb.load_registry(tmp_path)
+    (tmp_path / "notebooks" / "registry.yml").write_text("- name: a\n- name: b\n")
+    for n in ("a", "b"):
+        (tmp_path / "notebooks" / f"{n}.md").write_text(f"# Page {n}\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n  - file: book/_generated/a\n"
+                                       "  - file: book/_generated/c\n")
+    with pytest.raises(bb.BuildError) as err:
+        bb.check_registry(tmp_path)
+    assert "book/_generated/b is not listed" in str(err.value)
+    assert "lists book/_generated/c but no notebook of that name is registered" in str(err.value)
+
+
+def test_landing_page_links_only_the_pages_a_build_has(tmp_path: Path) -> None:
+    """``{{ link.<name> }}``: a ``{doc}`` link to a page the build has, the page's title as plain text
+    for one an ``--only`` build leaves out (no dead link on the landing page)."""
+    links = bb.page_links(REPO)
+    assert set(links) == {e.name for e in ENTRIES}
+    assert links["ledger"] == "{doc}`/book/_generated/ledger`"
+    some = bb.page_links(REPO, ["certification_fig4"])
+    assert some["certification_fig4"] == "{doc}`/book/_generated/certification_fig4`"
+    assert some["ledger"] == "*Which of the paper's claims hold on this release* (not in this build)"
+    intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
+    assert "{{ link.ledger }}" in intro
+    assert not re.search(r"\]\((?!https?:)[^)]*\)|\{doc\}", intro), "the landing page links a page by its path"
 
 
 def test_same_release_gives_byte_identical_csvs(release: Path, tmp_path: Path) -> None:
@@ -152,14 +184,11 @@ def test_repo_root_and_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_filtered_toc_keeps_only_selected_notebooks() -> None:
     toc = {"root": "book/intro", "parts": [{"caption": "c", "chapters": [
-        {"file": "book/a", "sections": [{"file": "book/_generated/a"}]},
-        {"file": "book/b", "sections": [{"file": "book/_generated/b"}]},
-        {"file": "book/m"}]}]}
-    toc["parts"].append({"caption": "only a", "chapters": [{"file": "book/c", "sections": [{"file": "book/_generated/a"}]}]})
+        {"file": "book/_generated/a"}, {"file": "book/_generated/b"}, {"file": "book/m"}]}]}
+    toc["parts"].append({"caption": "only a", "chapters": [{"file": "book/_generated/a"}]})
     got = bb._filtered_toc(toc, {"b"})
-    assert len(got["parts"]) == 1  # the part left without chapters is dropped
-    assert got["parts"][0]["chapters"] == [{"file": "book/b", "sections": [{"file": "book/_generated/b"}]},
-                                           {"file": "book/m"}]
+    assert len(got["parts"]) == 1  # the part left without pages is dropped
+    assert got["parts"][0]["chapters"] == [{"file": "book/_generated/b"}, {"file": "book/m"}]
 
 
 def test_alpha_explorer_matches_the_core(release: Path) -> None:
@@ -195,9 +224,9 @@ def test_violation_upper_bound_is_clopper_pearson() -> None:
     assert audits.violation_upper_bound(5, 5) == 1.0
 
 
-def test_chapter_prose_quotes_results_from_the_notebooks(tmp_path: Path) -> None:
-    """``{{ ours.<notebook>.<key> }}`` in a chapter reads that notebook's ``results.json``; a
-    notebook not in the build reads a marker; a key it lacks is an error naming the chapter."""
+def test_landing_page_quotes_results_from_the_notebooks(tmp_path: Path) -> None:
+    """``{{ ours.<notebook>.<key> }}`` in ``book/*.md`` reads that notebook's ``results.json``; a
+    notebook not in the build reads a marker; a key it lacks is an error naming the page."""
     import json
 
     from probeguard_core.book import prose
@@ -215,19 +244,40 @@ def test_chapter_prose_quotes_results_from_the_notebooks(tmp_path: Path) -> None
         prose.results_substitutions(tmp_path, gen)
 
 
-def test_every_number_a_chapter_quotes_exists_in_its_notebooks_results() -> None:
-    """The chapters' ``{{ ours.<notebook>.<key> }}`` name registered notebooks and keys that
-    each notebook's results cell writes (read from the notebook source: no build needed)."""
+def _results_writes(nb: str, key: str) -> bool:
+    """Whether notebook ``nb``'s results cell writes ``key`` (itself, ``key=...``, or through a
+    builder's results, ``key=...`` / ``"key": ...``); read from the source: no build needed."""
+    src = (REPO / "notebooks" / f"{nb}.md").read_text(encoding="utf-8")
+    results_cell = src[src.rindex("out.results("):]
+    builders = "".join(p.read_text(encoding="utf-8") for p in (REPO / "probeguard_core" / "tables").glob("*.py"))
+    return bool(re.search(rf"\b{key}\s*=", results_cell) or (
+        "**" in results_cell and re.search(rf'(\b{key}=|"{key}"\s*:)', builders)))
+
+
+def test_every_number_the_landing_page_quotes_exists_in_its_notebooks_results() -> None:
+    """``{{ ours.<notebook>.<key> }}`` in ``book/*.md`` names registered notebooks and keys that each
+    notebook's results cell writes."""
     from probeguard_core.book import prose
 
     names = {e.name for e in ENTRIES}
     for md in sorted((REPO / "book").glob("*.md")):
         for nb, key in prose.REFERENCE.findall(md.read_text(encoding="utf-8")):
             assert nb in names, f"{md.name}: {{{{ ours.{nb}.{key} }}}} names no notebook of the registry"
-            src = (REPO / "notebooks" / f"{nb}.md").read_text(encoding="utf-8")
-            results_cell = src[src.rindex("out.results("):]
-            # a key written by the cell itself (key=...) or by a builder's results (key=... / "key": ...)
-            builders = "".join(p.read_text(encoding="utf-8") for p in (REPO / "probeguard_core" / "tables").glob("*.py"))
-            assert re.search(rf"\b{key}\s*=", results_cell) or (
-                "**" in results_cell and re.search(rf'(\b{key}=|"{key}"\s*:)', builders)), \
-                f"{md.name}: {{{{ ours.{nb}.{key} }}}}: notebooks/{nb}.md's out.results(...) writes no {key!r}"
+            assert _results_writes(nb, key), f"{md.name}: {{{{ ours.{nb}.{key} }}}}: notebooks/{nb}.md writes no {key!r}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+def test_about_this_page_quotes_what_the_page_glues(entry: bb.NotebookEntry) -> None:
+    """Each page has one "About this page" section, after its first result; every
+    ``{glue:md}`ours_<key>``` of its prose is glued by its ``page.quote(res, ...)`` and written by
+    its ``out.results``."""
+    src = (REPO / entry.source).read_text(encoding="utf-8")
+    assert src.count("\n## About this page\n") == 1, f"{entry.name}: no (or two) 'About this page' sections"
+    about = src.index("\n## About this page\n")
+    first = re.search(r"tables\.(styled|wide_beside|long_beside|captioned)\(|dep\.display\(|Markdown\(tables\.", src)
+    assert first and first.start() < about, f"{entry.name}: 'About this page' comes before the first result"
+    quoted = re.findall(r"\{glue:md\}`ours_(\w+)`", src)
+    glued = {k for call in re.findall(r"page\.quote\(res, ([^)]*)\)", src) for k in re.findall(r'"(\w+)"', call)}
+    assert set(quoted) <= glued, f"{entry.name}: quoted but not glued: {sorted(set(quoted) - glued)}"
+    for key in glued:
+        assert _results_writes(entry.name, key), f"{entry.name}: page.quote({key!r}) but out.results writes no {key!r}"

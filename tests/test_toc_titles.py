@@ -1,8 +1,9 @@
 """Every navigation entry has its own title (issue 23, point 1): no two entries of ``_toc.yml``
 share a title, so the sidebar never shows the same words for two pages (it did for the chapter
-"Deploying: recalibration and drift" and its notebook). A page's title is the toc's ``title``
-when given, else the first heading of its source: ``book/<x>.md``, or ``notebooks/<x>.md`` for a
-generated section ``book/_generated/<x>``."""
+"Deploying: recalibration and drift" and its notebook, when a prose chapter introduced each
+notebook). A page's title is the toc's ``title`` when given, else the first heading of its source:
+``book/<x>.md`` (the landing and method pages), or ``notebooks/<x>.md`` for an executed notebook
+``book/_generated/<x>``."""
 
 from __future__ import annotations
 
@@ -42,6 +43,6 @@ def _title(entry: dict[str, Any]) -> str:
 def test_no_two_navigation_entries_share_a_title() -> None:
     toc = yaml.safe_load((REPO / "_toc.yml").read_text(encoding="utf-8"))
     titles = [_title(e) for e in _entries(toc)]
-    assert len(titles) > 20  # every chapter and section was read
+    assert len(titles) > 20  # every page was read
     shared = {t: n for t, n in Counter(" ".join(t.lower().split()) for t in titles).items() if n > 1}
     assert not shared, f"navigation titles used by more than one entry: {shared}"

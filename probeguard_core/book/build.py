@@ -14,8 +14,9 @@
 3. Tags papermill's injected-parameters cell ``remove-cell`` so the book hides it and writes
    the executed notebook to ``book/_generated/<name>.ipynb``.
 4. Runs ``jupyter-book build . -W -n --keep-going`` (execution is off in ``_config.yml``)
-   into ``_build/html``, with the release's provenance banner substituted into the prose
-   chapters. A failing notebook fails the build with its name and the error.
+   into ``_build/html``, with the release's provenance banner, summary and scorecard substituted
+   into the landing and method pages (``book/*.md``). Every other page of ``_toc.yml`` is an
+   executed notebook. A failing notebook fails the build with its name and the error.
 
 Paths (the repository root, the release resolver) live in :mod:`probeguard_core.book.paths`;
 :func:`repo_root` and :func:`resolve` are re-exported here.
@@ -57,6 +58,8 @@ __all__ = [
     "execute_notebook",
     "load_registry",
     "main",
+    "page_links",
+    "page_title",
     "read_source",
     "repo_root",
     "resolve",
@@ -76,7 +79,6 @@ class NotebookEntry:
     """One entry of ``notebooks/registry.yml``."""
 
     name: str
-    chapter: str
     test_params: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
     weight: float = 0.0  # measured cold run time (s): the parallel build starts the heaviest first
@@ -95,8 +97,7 @@ class NotebookEntry:
 
 
 def load_registry(root: Path | None = None) -> list[NotebookEntry]:
-    """Read ``notebooks/registry.yml`` (a list of ``{name, chapter, test_params, outputs, weight, no_checks,
-    cell_tables}``)."""
+    """Read ``notebooks/registry.yml`` (a list of ``{name, test_params, outputs, weight, no_checks, cell_tables}``)."""
     root = root or repo_root()
     path = root / REGISTRY
     if not path.is_file():
@@ -107,9 +108,9 @@ def load_registry(root: Path | None = None) -> list[NotebookEntry]:
     entries: list[NotebookEntry] = []
     seen: set[str] = set()
     for i, item in enumerate(data):
-        if not isinstance(item, dict) or not {"name", "chapter"} <= set(item):
-            raise BuildError(f"{path}: entry {i} needs at least 'name' and 'chapter'")
-        unknown = set(item) - {"name", "chapter", "test_params", "outputs", "weight", "no_checks", "cell_tables"}
+        if not isinstance(item, dict) or "name" not in item:
+            raise BuildError(f"{path}: entry {i} needs at least 'name'")
+        unknown = set(item) - {"name", "test_params", "outputs", "weight", "no_checks", "cell_tables"}
         if unknown:
             raise BuildError(f"{path}: entry {i} ({item['name']}): unknown field(s) {sorted(unknown)}")
         name = str(item["name"])
@@ -131,8 +132,7 @@ def load_registry(root: Path | None = None) -> list[NotebookEntry]:
         cell_tables = item.get("cell_tables", False)
         if not isinstance(cell_tables, bool):
             raise BuildError(f"{path}: entry {name}: cell_tables must be true or false, got {cell_tables!r}")
-        entries.append(NotebookEntry(name, str(item["chapter"]), dict(tp), tuple(outs), float(weight), no_checks,
-                                     cell_tables))
+        entries.append(NotebookEntry(name, dict(tp), tuple(outs), float(weight), no_checks, cell_tables))
     return entries
 
 
@@ -151,7 +151,8 @@ def _toc_files(node: Any) -> list[str]:
 
 
 def check_registry(root: Path | None = None, strict: bool = True) -> list[NotebookEntry]:
-    """Check that the registry, ``notebooks/*.md`` and ``_toc.yml`` agree; return the entries.
+    """Check that the registry, ``notebooks/*.md`` and ``_toc.yml`` agree (every registered notebook is
+    listed as ``book/_generated/<name>``, and nothing else under it); return the entries.
 
     With ``strict=False`` (``--only`` builds) a notebook on disk that is not registered yet is
     reported on stderr instead of failing the build."""
@@ -172,12 +173,8 @@ def check_registry(root: Path | None = None, strict: bool = True) -> list[Notebo
     for e in entries:
         if not (root / e.source).is_file():
             problems.append(f"{REGISTRY}: {e.name}: {e.source} does not exist")
-        if not (root / e.chapter).is_file():
-            problems.append(f"{REGISTRY}: {e.name}: chapter {e.chapter} does not exist")
-        if e.chapter.removesuffix(".md") not in toc_files:
-            problems.append(f"_toc.yml: chapter {e.chapter} of {e.name} is not listed")
         if (GENERATED / e.name).as_posix() not in toc_files:
-            problems.append(f"_toc.yml: {GENERATED.as_posix()}/{e.name} is not listed (as a section of {e.chapter})")
+            problems.append(f"_toc.yml: {GENERATED.as_posix()}/{e.name} is not listed")
     for f in toc_files:
         if f.startswith(GENERATED.as_posix() + "/") and f.split("/")[-1] not in names:
             problems.append(f"_toc.yml lists {f} but no notebook of that name is registered")
@@ -512,20 +509,37 @@ def _report(r: NotebookResult) -> None:
 
 
 # --------------------------------------------------------------------------- jupyter-book
-def _banner_markdown(release_path: Path, shows: str = "numbers") -> str:
-    """A chapter page's banner (``{{ provenance_banner }}``; ``{{ provenance_banner_paper }}`` on a
-    chapter that shows only the paper's own text or tables, ``{{ provenance_banner_cases }}`` on one
-    that shows the release's questions or rationales): Release.describe's wording for ``shows``."""
+def _banner_markdown(release_path: Path) -> str:
+    """The banner of the landing and method pages (``{{ provenance_banner }}``): Release.describe's
+    wording, as on a notebook page that shows numbers of the release."""
     from probeguard_core.release import load_release
 
     rel = load_release(release_path, verify=False)
     kind = "warning" if rel.is_simulated else "note"
     title = ("Simulated release: " if rel.is_simulated else "Release: ") + rel.name
-    return f"```{{admonition}} {title}\n:class: {kind} probeguard-provenance\n\n{rel.describe(shows)}\n```\n"
+    return f"```{{admonition}} {title}\n:class: {kind} probeguard-provenance\n\n{rel.describe('numbers')}\n```\n"
+
+
+def page_title(root: Path, name: str) -> str:
+    """The title of notebook ``name``'s page: the first ``# `` heading of ``notebooks/<name>.md``."""
+    for line in (root / "notebooks" / f"{name}.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    raise BuildError(f"notebooks/{name}.md: no '# ' heading, so its page has no title")
+
+
+def page_links(root: Path, built: Sequence[str] | None = None) -> dict[str, str]:
+    """``{{ link.<name> }}`` for the landing page: a link to notebook ``name``'s page (``{doc}``, its
+    title as the text) when this build has the page, else its title as plain text, so a build of
+    only some notebooks (``--only``) leaves no dead link on the landing page."""
+    names = [e.name for e in load_registry(root)]
+    keep = set(names if built is None else built)
+    return {n: f"{{doc}}`/{GENERATED.as_posix()}/{n}`" if n in keep else f"*{page_title(root, n)}* (not in this build)"
+            for n in names}
 
 
 def _filtered_toc(toc: dict[str, Any], keep: set[str]) -> dict[str, Any]:
-    """Drop generated sections not in ``keep``, and chapters left with no notebook that had some."""
+    """Drop the notebook pages (``book/_generated/<name>``) not in ``keep``, and the parts left empty."""
 
     def walk(items: list[Any]) -> list[Any]:
         out = []
@@ -533,13 +547,7 @@ def _filtered_toc(toc: dict[str, Any], keep: set[str]) -> dict[str, Any]:
             f = str(item.get("file", ""))
             if f.startswith(GENERATED.as_posix() + "/") and f.split("/")[-1] not in keep:
                 continue
-            new = dict(item)
-            if "sections" in item:
-                had = bool(item["sections"])
-                new["sections"] = walk(item["sections"])
-                if had and not new["sections"]:
-                    continue
-            out.append(new)
+            out.append(dict(item))
         return out
 
     new = dict(toc)
@@ -565,15 +573,14 @@ def build_book(
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     subs = config.setdefault("parse", {}).setdefault("myst_substitutions", {})
     subs["provenance_banner"] = _banner_markdown(resolve(release, root))
-    subs["provenance_banner_paper"] = _banner_markdown(resolve(release, root), "paper")
-    subs["provenance_banner_cases"] = _banner_markdown(resolve(release, root), "cases")
     from probeguard_core.release import load_release
 
     subs["release_summary"] = load_release(resolve(release, root), verify=False).summary()
-    # {{ ours.<notebook>.<key> }} in a chapter: the number that notebook wrote to results.json
+    # {{ ours.<notebook>.<key> }} on the landing page: the number that notebook wrote to results.json
     from probeguard_core.book.prose import results_substitutions
 
     subs["ours"] = results_substitutions(root, root / GENERATED)
+    subs["link"] = page_links(root, only)
     cfg_path = build / "_config.generated.yml"
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
     cmd = [

@@ -86,6 +86,15 @@ class Page:
 
         glue(name, Markdown(value) if isinstance(value, str) else value, display=False)
 
+    def quote(self, results: Mapping[str, Any], *keys: str) -> None:
+        """Glue the headline numbers ``keys`` of ``results`` (what ``out.results`` returned) for the
+        page's prose, each as ``{glue:md}`ours_<key>```, written as :func:`prose.quoted` writes it
+        (three decimals, a backbone or benchmark by its name)."""
+        from probeguard_core.book.prose import quoted
+
+        for key in keys:
+            self.glue(f"ours_{key}", quoted(results[key], key))
+
     def inputs_note(self, shown: Any) -> Any:
         """The one-line note under a table whose numbers include inputs of the simulator (issue 22,
         point 4): :func:`tables.inputs.inputs_note` for this page's release; shows nothing on a

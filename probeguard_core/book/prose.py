@@ -1,7 +1,7 @@
-"""Numbers that the chapter prose (``book/*.md``) quotes from the notebooks, as MyST substitutions.
+"""Numbers that the landing page (``book/*.md``) quotes from the notebooks, as MyST substitutions.
 
-myst-nb's ``glue`` pastes a value only inside the notebook that glued it, so a chapter page
-cannot glue from its notebook. Instead a chapter writes ``{{ ours.<notebook>.<key> }}`` and the
+myst-nb's ``glue`` pastes a value only inside the notebook that glued it, so a page that is not a
+notebook cannot glue. Instead it writes ``{{ ours.<notebook>.<key> }}`` and the
 build (:func:`probeguard_core.book.build.build_book`) substitutes the value ``<key>`` of
 ``book/_generated/<notebook>/results.json``, which that notebook computed and wrote with
 ``out.results``: the prose never holds a hand-typed result.
@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["NOT_RUN", "REFERENCE", "quoted", "results_substitutions"]
 
-#: A reference in a chapter: ``{{ ours.<notebook>.<key> }}``.
+#: A reference in ``book/*.md``: ``{{ ours.<notebook>.<key> }}``.
 REFERENCE = re.compile(r"\{\{\s*ours\.(\w+)\.(\w+)\s*\}\}")
 #: What a reference reads when its notebook is not part of this build (a partial build).
 NOT_RUN = "(not computed in this build)"
@@ -44,14 +44,14 @@ def quoted(value: Any, key: str = "") -> str:
         return f"{value:.3f}"
     if isinstance(value, str):
         return value
-    raise TypeError(f"a chapter can only quote a number or a word of results.json, not {type(value).__name__}")
+    raise TypeError(f"prose can only quote a number or a word of results.json, not {type(value).__name__}")
 
 
 def results_substitutions(root: Path, generated: Path) -> dict[str, dict[str, str]]:
     """``{notebook: {key: text}}`` for every ``{{ ours.<notebook>.<key> }}`` of ``root/book/*.md``,
     read from ``generated/<notebook>/results.json``. A notebook without a ``results.json`` (not
     run in this build) reads :data:`NOT_RUN`; a key that its ``results.json`` lacks is an error
-    naming the chapter, the file and the key (a typo must not print a dash)."""
+    naming the page, the file and the key (a typo must not print a dash)."""
     refs: dict[str, dict[str, Path]] = {}
     for md in sorted((root / "book").glob("*.md")):
         for nb, key in REFERENCE.findall(md.read_text(encoding="utf-8")):

@@ -21,7 +21,7 @@ from probeguard_core.ledger.verdict import EQUIVALENCE_MARGIN, VERDICTS
 from probeguard_core.tables.departures import MECHANISMS, mechanism_anchor
 
 __all__ = ["DEPARTURES_HREF", "LINE_WORDS", "claim_verdicts", "ledger_files", "page_lines", "page_verdicts",
-           "page_verdicts_html", "scorecard", "scorecard_sentence"]
+           "page_verdicts_html", "scorecard", "scorecard_sentence", "verdict_counts"]
 
 #: How a verdict reads under a caption (``undetermined`` is followed by the size, ``untestable``
 #: by the reason).
@@ -101,11 +101,25 @@ def page_lines(table: pd.DataFrame, page: str) -> list[tuple[str, str]]:
 DEPARTURES_HREF = "departures.html"
 
 
+#: A page with more verdict lines than this shows them folded under their summary line, so its
+#: result stays on the first screen (issue 23 pt 1).
+OPEN_VERDICT_LINES = 1
+
+
+def verdict_counts(verdicts: list[str]) -> str:
+    """The summary line's counts: "2 hold, 1 does not hold, 3 cannot be decided at this size"."""
+    verbs = {"holds": ("holds", "hold"), "fails": ("does not hold", "do not hold"),
+             "undetermined": ("cannot be decided at this size",) * 2, "untestable": ("cannot be tested here",) * 2}
+    return ", ".join(f"{n} {verbs[v][n != 1]}" for v in LINE_WORDS if (n := verdicts.count(v)))
+
+
 def page_verdicts_html(table: pd.DataFrame, page: str, simulated: bool) -> str:
     """The verdict lines of ``page`` as the HTML block shown under a result page's banner (empty
-    when the page tests no claim); each names the claim's section and links the ledger page, and
-    on a simulated release a ``fails`` line links its claim's simulator mechanism on the
-    departures page (:data:`DEPARTURES_HREF` and the mechanism's anchor)."""
+    when the page tests no claim): a summary line (the counts, :func:`verdict_counts`, and a link to
+    the ledger page) over one line per claim, folded when there are more than
+    :data:`OPEN_VERDICT_LINES`; each line names the claim's section, and on a simulated release a
+    ``fails`` line links its claim's simulator mechanism on the departures page
+    (:data:`DEPARTURES_HREF` and the mechanism's anchor)."""
     lines = page_lines(table, page)
     if not lines:
         return ""
@@ -117,8 +131,10 @@ def page_verdicts_html(table: pd.DataFrame, page: str, simulated: bool) -> str:
                  f"“{html.escape(MECHANISMS[mechanisms[claim]][0])}”</a>" if v == "fails" and simulated else "")
         items.append(f'<li class="probeguard-verdict probeguard-verdict-{v}" data-claim="{html.escape(claim)}">'
                      f"{html.escape(text)} <small>(the paper, {html.escape(sections[claim])})</small>{extra}</li>")
-    return ('<div class="probeguard-verdicts"><p><strong>The paper\'s claims this page tests</strong> '
-            '(<a href="ledger.html">the whole ledger</a>):</p><ul>' + "".join(items) + "</ul></div>")
+    shown = " open" if len(items) <= OPEN_VERDICT_LINES else ""
+    return (f'<details class="probeguard-verdicts"{shown}><summary><strong>The paper\'s claims this page tests</strong>: '
+            f'{verdict_counts([v for v, _ in lines])} (<a href="ledger.html">the whole ledger</a>)</summary><ul>'
+            + "".join(items) + "</ul></details>")
 
 
 def page_verdicts(release: Any, page: str, n_splits: int | None = None) -> pd.DataFrame:
